@@ -1,0 +1,208 @@
+use super::*;
+use crate::fixture::Fixture;
+use crate::workspace::refs::Flavour;
+
+const A: &str = "20261202T094226Z-0122ccc2";
+const B: &str = "20261202T094227Z-0abc0def";
+
+fn setup(flavour: Flavour) -> (tempfile::TempDir, Fixture, Tree) {
+    let t = tempfile::tempdir().unwrap();
+    let f = Fixture::create(&t.path().join("ws"), flavour).unwrap();
+    let tip = f
+        .agent(A, Some("Alpha"), &[("messages/001-user.md", b"hi")])
+        .unwrap();
+    f.agent(B, None, &[]).unwrap();
+    f.commit_mark("returned", A, tip).unwrap();
+    f.blob_mark("cwd", A, b"/tmp/work").unwrap();
+    f.step(
+        A,
+        1,
+        &[
+            ("request.json", b"{}"),
+            ("tools/toolu_1/output.json", b"{}"),
+            ("tools/toolu_1/output.json.tmp", b"{"),
+        ],
+    )
+    .unwrap();
+    f.inbox_file(A, "user-001.md", b"---\nfrom: user\n---\nx")
+        .unwrap();
+    f.inbox_file(A, ".user-002.md.tmp", b"partial").unwrap();
+    f.inbox_file(A, "notes.txt", b"not a deposit").unwrap();
+    let ws = Workspace::open(f.root()).unwrap();
+    let tree = Tree::new(ws).unwrap();
+    (t, f, tree)
+}
+
+fn resolve(tree: &Tree, path: &str) -> Result<(Node, Attr), TreeError> {
+    let mut node = Node::Root;
+    let mut attr = tree.getattr(&node)?;
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        (node, attr) = tree.lookup(&node, OsStr::new(part))?;
+    }
+    Ok((node, attr))
+}
+
+fn names(tree: &Tree, path: &str) -> Vec<String> {
+    let (node, _) = resolve(tree, path).unwrap();
+    tree.list(&node)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.name.to_string_lossy().into_owned())
+        .collect()
+}
+
+fn read(tree: &Tree, path: &str) -> Vec<u8> {
+    let (node, _) = resolve(tree, path).unwrap();
+    match tree.open(&node).unwrap() {
+        Content::Bytes(b) => b.to_vec(),
+        Content::File(mut f) => {
+            let mut v = Vec::new();
+            std::io::Read::read_to_end(&mut f, &mut v).unwrap();
+            v
+        }
+    }
+}
+
+#[test]
+fn root_lists_the_workspace_layout() {
+    let (_t, _f, tree) = setup(Flavour::Litany);
+    assert_eq!(
+        names(&tree, ""),
+        ["agents", "inbox", "marks", "names", "steps"]
+    );
+    assert!(matches!(
+        resolve(&tree, "repo.git"),
+        Err(TreeError::NotFound(_))
+    ));
+}
+
+#[test]
+fn steps_mirror_the_records_and_hide_harness_temps() {
+    let (_t, _f, tree) = setup(Flavour::Litany);
+    assert_eq!(
+        names(&tree, &format!("steps/{A}/001")),
+        ["request.json", "tools"]
+    );
+    assert_eq!(
+        names(&tree, &format!("steps/{A}/001/tools/toolu_1")),
+        ["output.json"]
+    );
+    assert!(
+        resolve(
+            &tree,
+            &format!("steps/{A}/001/tools/toolu_1/output.json.tmp")
+        )
+        .is_err()
+    );
+    assert_eq!(read(&tree, &format!("steps/{A}/001/request.json")), b"{}");
+    let (_, attr) = resolve(&tree, &format!("steps/{A}/001/request.json")).unwrap();
+    assert_eq!(
+        (attr.kind, attr.size, attr.perm),
+        (Kind::File, 2, FILE_PERM)
+    );
+    assert!(matches!(attr.identity, Identity::Backing { .. }));
+}
+
+#[test]
+fn inbox_shows_only_pending_deposits() {
+    let (_t, f, tree) = setup(Flavour::Litany);
+    assert_eq!(names(&tree, "inbox"), [A]);
+    assert_eq!(names(&tree, &format!("inbox/{A}")), ["user-001.md"]);
+    assert!(matches!(
+        resolve(&tree, &format!("inbox/{A}/notes.txt")),
+        Err(TreeError::NotFound(_))
+    ));
+    std::fs::create_dir(f.inbox(A).join("user-009.md")).unwrap();
+    assert_eq!(names(&tree, &format!("inbox/{A}")), ["user-001.md"]);
+}
+
+#[test]
+fn marks_read_as_blob_bytes_or_commit_ids() {
+    let (_t, f, tree) = setup(Flavour::Litany);
+    assert_eq!(names(&tree, "marks"), ["cwd", "returned"]);
+    assert_eq!(read(&tree, &format!("marks/cwd/{A}")), b"/tmp/work");
+    let tip = f.agent_tip(A).unwrap();
+    assert_eq!(
+        read(&tree, &format!("marks/returned/{A}")),
+        format!("{tip}\n").as_bytes()
+    );
+    let (_, attr) = resolve(&tree, &format!("marks/returned/{A}")).unwrap();
+    assert_eq!(attr.size, 41);
+    assert!(resolve(&tree, &format!("marks/returned/{B}")).is_err());
+}
+
+#[test]
+fn lernie_workspaces_read_lernie_marks() {
+    let (_t, _f, tree) = setup(Flavour::Lernie);
+    assert_eq!(names(&tree, "marks"), ["cwd", "returned"]);
+    assert_eq!(read(&tree, &format!("marks/cwd/{A}")), b"/tmp/work");
+}
+
+#[test]
+fn agents_are_read_from_git() {
+    let (_t, f, tree) = setup(Flavour::Litany);
+    assert_eq!(names(&tree, "agents"), [A, B]);
+    assert_eq!(
+        names(&tree, &format!("agents/{A}")),
+        ["goal.md", "messages", "name", "soul.md"]
+    );
+    assert_eq!(read(&tree, &format!("agents/{A}/name")), b"Alpha\n");
+    assert_eq!(
+        read(&tree, &format!("agents/{A}/messages/001-user.md")),
+        b"hi"
+    );
+    // The branch moves: the view follows the new tip.
+    f.agent(A, Some("Alpha"), &[("messages/002-x.json", b"[]")])
+        .unwrap();
+    tree.refs().invalidate();
+    assert_eq!(
+        names(&tree, &format!("agents/{A}/messages")),
+        ["002-x.json"]
+    );
+    f.delete_agent(B).unwrap();
+    tree.refs().invalidate();
+    assert_eq!(names(&tree, "agents"), [A]);
+}
+
+#[test]
+fn names_link_unique_living_agents() {
+    let (_t, f, tree) = setup(Flavour::Litany);
+    assert_eq!(names(&tree, "names"), ["Alpha"]);
+    let (node, attr) = resolve(&tree, "names/Alpha").unwrap();
+    assert_eq!(attr.kind, Kind::Symlink);
+    assert_eq!(
+        tree.readlink(&node).unwrap(),
+        format!("../agents/{A}").as_bytes()
+    );
+    f.agent(B, Some("Alpha"), &[]).unwrap();
+    tree.refs().invalidate();
+    assert!(names(&tree, "names").is_empty());
+    assert!(matches!(
+        resolve(&tree, "names/Alpha"),
+        Err(TreeError::NotFound(_))
+    ));
+}
+
+#[test]
+fn hostile_names_are_not_found() {
+    let (_t, _f, tree) = setup(Flavour::Litany);
+    for bad in ["..", ".", "a/b", ""] {
+        assert!(
+            tree.lookup(&Node::Root, OsStr::new(bad)).is_err(),
+            "{bad:?}"
+        );
+        assert!(
+            tree.lookup(&Node::AgentsRoot, OsStr::new(bad)).is_err(),
+            "{bad:?}"
+        );
+        assert!(
+            tree.lookup(&Node::Backing("steps".into()), OsStr::new(bad))
+                .is_err(),
+            "{bad:?}"
+        );
+    }
+    assert!(matches!(
+        resolve(&tree, &format!("marks/cwd/{A}/x")),
+        Err(TreeError::NotDir(_))
+    ));
+}

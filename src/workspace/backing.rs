@@ -1,0 +1,292 @@
+//! Confined access to the backing tree: every open, stat, listing and readlink is
+//! resolved beneath the workspace root and never follows a symlink.
+//!
+//! The workspace is written by other programs (some driven by models), so a directory
+//! swapped for a symlink must not lead the daemon outside it. Paths are resolved with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` from a descriptor on the root; a
+//! symlink anywhere in the walk is an error (`ELOOP`/`EXDEV`), and the last component is
+//! examined with `AT_SYMLINK_NOFOLLOW`, so a symlink is reported as one, never as its
+//! target.
+
+use std::ffi::{CStr, CString, OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::Path;
+
+/// A descriptor on the workspace root, from which every backing path is resolved.
+#[derive(Debug)]
+pub struct Backing {
+    root: OwnedFd,
+}
+
+/// The subset of `stat` the view uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    pub dev: u64,
+    pub ino: u64,
+    pub mode: u32,
+    pub nlink: u64,
+    pub size: u64,
+    pub mtime: (i64, i64),
+    pub ctime: (i64, i64),
+    pub atime: (i64, i64),
+}
+
+impl Stat {
+    pub fn is_dir(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFDIR
+    }
+    pub fn is_file(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFREG
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFLNK
+    }
+
+    fn from_raw(st: &libc::stat) -> Self {
+        Self {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            mode: st.st_mode,
+            nlink: st.st_nlink,
+            size: st.st_size.max(0) as u64,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+            atime: (st.st_atime, st.st_atime_nsec),
+        }
+    }
+}
+
+fn cstring(p: &[u8]) -> io::Result<CString> {
+    CString::new(p).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+impl Backing {
+    pub fn open(root: &Path) -> io::Result<Self> {
+        let c = cstring(root.as_os_str().as_bytes())?;
+        // SAFETY: `c` is a valid NUL-terminated path; the result is checked.
+        let fd = cvt(unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        })?;
+        // SAFETY: `fd` was just returned by open and is owned by nobody else.
+        Ok(Self {
+            root: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Opens `rel` (relative to the root; `""` is the root) beneath the root, refusing
+    /// every symlink on the way and at the end.
+    fn openat2(&self, rel: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
+        let rel = if rel.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            rel
+        };
+        let c = cstring(rel.as_os_str().as_bytes())?;
+        // SAFETY: open_how is plain old data; all-zero is its valid default.
+        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+        how.flags = (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
+        how.resolve =
+            libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+        // SAFETY: valid dirfd, NUL-terminated path and a correctly sized open_how.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                self.root.as_raw_fd(),
+                c.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the syscall returned a new descriptor that we now own.
+        Ok(unsafe { OwnedFd::from_raw_fd(r as libc::c_int) })
+    }
+
+    /// `lstat` of `rel`: the parent is resolved without symlinks, the last component is
+    /// not followed.
+    pub fn lstat(&self, rel: &Path) -> io::Result<Stat> {
+        let (parent, name) = split(rel);
+        let dir = self.openat2(parent, libc::O_PATH | libc::O_DIRECTORY)?;
+        fstatat(&dir, name)
+    }
+
+    /// Opens a regular file for reading. A symlink, a directory or anything else that is
+    /// not a regular file is refused.
+    pub fn open_file(&self, rel: &Path) -> io::Result<File> {
+        let fd = self.openat2(rel, libc::O_RDONLY | libc::O_NONBLOCK)?;
+        let file = File::from(fd);
+        let st = fstat(&file)?;
+        if !st.is_file() {
+            return Err(io::Error::from_raw_os_error(if st.is_dir() {
+                libc::EISDIR
+            } else {
+                libc::EINVAL
+            }));
+        }
+        Ok(file)
+    }
+
+    /// The entries of directory `rel` with their `lstat`, without `.` and `..`. Entries
+    /// that vanish between the listing and their stat are skipped.
+    pub fn list(&self, rel: &Path) -> io::Result<Vec<(OsString, Stat)>> {
+        let fd = self.openat2(rel, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let mut out = Vec::new();
+        // SAFETY: fdopendir takes ownership of a valid directory descriptor; the stream
+        // is closed below on every path.
+        let dirp = unsafe { libc::fdopendir(fd.as_raw_fd()) };
+        if dirp.is_null() {
+            return Err(io::Error::last_os_error());
+        }
+        std::mem::forget(fd); // now owned by `dirp`
+        let guard = DirGuard(dirp);
+        loop {
+            // SAFETY: `dirp` is a live stream; readdir's result is valid until the next call.
+            let ent = unsafe { libc::readdir64(guard.0) };
+            if ent.is_null() {
+                break;
+            }
+            // SAFETY: d_name is NUL-terminated within the dirent.
+            let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+            // SAFETY: dirfd(dirp) is valid, `name` is NUL-terminated, `st` is writable.
+            let r = unsafe {
+                libc::fstatat(
+                    libc::dirfd(guard.0),
+                    (*ent).d_name.as_ptr(),
+                    st.as_mut_ptr(),
+                    libc::AT_SYMLINK_NOFOLLOW,
+                )
+            };
+            if r == 0 {
+                // SAFETY: fstatat succeeded and filled `st`.
+                let st = unsafe { st.assume_init() };
+                out.push((OsString::from_vec(name.to_vec()), Stat::from_raw(&st)));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The target of symlink `rel`, as raw bytes.
+    pub fn readlink(&self, rel: &Path) -> io::Result<Vec<u8>> {
+        let (parent, name) = split(rel);
+        let dir = self.openat2(parent, libc::O_PATH | libc::O_DIRECTORY)?;
+        let c = cstring(name.as_bytes())?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: valid dirfd, NUL-terminated name, writable buffer of the given length.
+        let n = unsafe {
+            libc::readlinkat(
+                dir.as_raw_fd(),
+                c.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        buf.truncate(n as usize);
+        Ok(buf)
+    }
+}
+
+struct DirGuard(*mut libc::DIR);
+
+impl Drop for DirGuard {
+    fn drop(&mut self) {
+        // SAFETY: the stream came from fdopendir and is closed exactly once.
+        unsafe { libc::closedir(self.0) };
+    }
+}
+
+fn split(rel: &Path) -> (&Path, &OsStr) {
+    match (rel.parent(), rel.file_name()) {
+        (Some(p), Some(n)) => (p, n),
+        _ => (Path::new(""), OsStr::new(".")),
+    }
+}
+
+fn fstatat(dir: &OwnedFd, name: &OsStr) -> io::Result<Stat> {
+    let c = cstring(name.as_bytes())?;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: valid dirfd, NUL-terminated name, writable stat buffer.
+    cvt(unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    // SAFETY: fstatat succeeded and filled `st`.
+    Ok(Stat::from_raw(&unsafe { st.assume_init() }))
+}
+
+/// `fstat` of an open file.
+pub fn fstat(file: &impl AsRawFd) -> io::Result<Stat> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: valid descriptor and writable stat buffer.
+    cvt(unsafe { libc::fstat(file.as_raw_fd(), st.as_mut_ptr()) })?;
+    // SAFETY: fstat succeeded and filled `st`.
+    Ok(Stat::from_raw(&unsafe { st.assume_init() }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn never_follows_symlinks() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"s").unwrap();
+        std::fs::create_dir(t.path().join("d")).unwrap();
+        std::fs::write(t.path().join("d/f"), b"hello").unwrap();
+        symlink(outside.path(), t.path().join("escape")).unwrap();
+        symlink(outside.path().join("secret"), t.path().join("d/link")).unwrap();
+        let b = Backing::open(t.path()).unwrap();
+
+        assert!(b.lstat(Path::new("d/f")).unwrap().is_file());
+        assert_eq!(b.lstat(Path::new("d/f")).unwrap().size, 5);
+        assert!(b.lstat(Path::new("d/link")).unwrap().is_symlink());
+        assert!(b.lstat(Path::new("escape")).unwrap().is_symlink());
+        assert!(b.lstat(Path::new("escape/secret")).is_err());
+        assert!(b.open_file(Path::new("d/link")).is_err());
+        assert!(b.open_file(Path::new("escape/secret")).is_err());
+        assert!(b.open_file(Path::new("../x")).is_err());
+        assert!(b.list(Path::new("escape")).is_err());
+        assert_eq!(
+            b.readlink(Path::new("d/link")).unwrap(),
+            outside.path().join("secret").as_os_str().as_bytes()
+        );
+        let mut names: Vec<_> = b
+            .list(Path::new("d"))
+            .unwrap()
+            .into_iter()
+            .map(|e| e.0)
+            .collect();
+        names.sort();
+        assert_eq!(names, ["f", "link"]);
+        assert!(b.lstat(Path::new("")).unwrap().is_dir());
+        assert!(b.open_file(Path::new("d")).is_err());
+    }
+}

@@ -1,0 +1,382 @@
+//! The ref namespace, read through git2: agents, their names, and marks (CONTRACT §2, §6).
+//!
+//! The refs are litany's only registry, so every list here comes from them. Reads go
+//! through a [`Snapshot`] that is rebuilt when the refs change: a cheap fingerprint (the
+//! modification times of the ref directories and `packed-refs`, which every ref update
+//! touches through its lock-and-rename) is checked on use, and a snapshot is never
+//! trusted for longer than [`SNAPSHOT_MAX_AGE`], which bounds staleness even when two
+//! updates land within one timestamp tick. Git objects are immutable and read on demand.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use git2::{ObjectType, Oid, Repository};
+use parking_lot::Mutex;
+
+use super::ids::is_component;
+
+/// The branch prefix of every agent: `refs/heads/agents/<id>`.
+pub const AGENT_REF_PREFIX: &str = "refs/heads/agents/";
+/// The file at an agent's tree root that holds its name (`<Name>\n`, or empty).
+pub const NAME_FILE: &str = "name";
+/// The longest a snapshot is trusted without re-reading the refs.
+pub const SNAPSHOT_MAX_AGE: Duration = Duration::from_millis(500);
+
+/// Which engine wrote the workspace; it decides the mark root (CONTRACT §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavour {
+    Litany,
+    Lernie,
+}
+
+impl Flavour {
+    /// `refs/litany/` or `refs/lernie/`: where this flavour keeps `<kind>/<id>` marks.
+    pub fn mark_root(self) -> &'static str {
+        match self {
+            Self::Litany => "refs/litany/",
+            Self::Lernie => "refs/lernie/",
+        }
+    }
+
+    /// The flavour a set of mark-root presences implies: litany when it has marks (a
+    /// migrated workspace may hold both, and litany is the live engine), else lernie when
+    /// only lernie marks exist, else litany.
+    pub fn detect(has_litany_marks: bool, has_lernie_marks: bool) -> Self {
+        if !has_litany_marks && has_lernie_marks {
+            Self::Lernie
+        } else {
+            Self::Litany
+        }
+    }
+}
+
+/// Everything the view needs from the refs at one moment.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Agent id → branch tip.
+    pub agents: BTreeMap<String, Oid>,
+    pub flavour: Flavour,
+    /// Mark kind → agent id → target, under the flavour's mark root.
+    pub marks: BTreeMap<String, BTreeMap<String, Oid>>,
+    /// Name → id, for names that exactly one living agent wears.
+    pub names: BTreeMap<String, String>,
+    /// Names that two or more living agents wear, with their ids (sorted); left out of
+    /// [`Self::names`].
+    pub clashes: BTreeMap<String, Vec<String>>,
+    /// Ref names that could not be used as one path component, and so are not shown.
+    pub skipped: Vec<String>,
+}
+
+/// What a path inside an agent's committed tree is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GitEntry {
+    Tree(Oid),
+    Blob {
+        oid: Oid,
+        executable: bool,
+    },
+    Link(Oid),
+    /// A gitlink (submodule): shown as an empty directory.
+    Gitlink(Oid),
+}
+
+/// Git errors carry the operation that failed, for the log line.
+#[derive(Debug)]
+pub struct GitError {
+    pub op: String,
+    pub source: git2::Error,
+}
+
+impl std::fmt::Display for GitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.op, self.source.message())
+    }
+}
+
+impl std::error::Error for GitError {}
+
+fn git<T>(op: impl FnOnce() -> String, r: Result<T, git2::Error>) -> Result<T, GitError> {
+    r.map_err(|source| GitError { op: op(), source })
+}
+
+type Fingerprint = Vec<(PathBuf, Option<(SystemTime, u64)>)>;
+
+struct Cached {
+    fingerprint: Fingerprint,
+    taken: Instant,
+    snapshot: Arc<Snapshot>,
+}
+
+/// The workspace's `repo.git`, opened once and shared by the request threads.
+pub struct Refs {
+    repo_dir: PathBuf,
+    repo: Mutex<Repository>,
+    cache: Mutex<Option<Cached>>,
+}
+
+impl Refs {
+    pub fn open(repo_dir: &Path) -> Result<Self, GitError> {
+        let repo = git(
+            || format!("open {}", repo_dir.display()),
+            Repository::open_bare(repo_dir),
+        )?;
+        Ok(Self {
+            repo_dir: repo_dir.to_path_buf(),
+            repo: Mutex::new(repo),
+            cache: Mutex::new(None),
+        })
+    }
+
+    /// The current snapshot, rebuilt when the refs changed since the last one.
+    pub fn snapshot(&self) -> Result<Arc<Snapshot>, GitError> {
+        let fingerprint = self.fingerprint();
+        let mut cache = self.cache.lock();
+        if let Some(c) = cache.as_ref()
+            && c.fingerprint == fingerprint
+            && c.taken.elapsed() < SNAPSHOT_MAX_AGE
+        {
+            return Ok(c.snapshot.clone());
+        }
+        let taken = Instant::now();
+        let snapshot = Arc::new(self.read_snapshot()?);
+        *cache = Some(Cached {
+            fingerprint,
+            taken,
+            snapshot: snapshot.clone(),
+        });
+        Ok(snapshot)
+    }
+
+    /// Forgets the cached snapshot, so the next read sees the refs as they are now.
+    pub fn invalidate(&self) {
+        *self.cache.lock() = None;
+    }
+
+    /// Stat of every place a ref update touches: `packed-refs`, the agents directory
+    /// and each mark root with its kind directories.
+    fn fingerprint(&self) -> Fingerprint {
+        let mut dirs = vec![
+            self.repo_dir.join("packed-refs"),
+            self.repo_dir.join(AGENT_REF_PREFIX),
+        ];
+        for flavour in [Flavour::Litany, Flavour::Lernie] {
+            let root = self.repo_dir.join(flavour.mark_root());
+            if let Ok(rd) = std::fs::read_dir(&root) {
+                dirs.extend(rd.flatten().map(|e| e.path()));
+            }
+            dirs.push(root);
+        }
+        dirs.into_iter()
+            .map(|p| {
+                let stamp = std::fs::metadata(&p).ok().and_then(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    Some((m.modified().ok()?, m.ino() ^ (m.size() << 32)))
+                });
+                (p, stamp)
+            })
+            .collect()
+    }
+
+    fn read_snapshot(&self) -> Result<Snapshot, GitError> {
+        let repo = self.repo.lock();
+        let mut skipped = Vec::new();
+        let agents = list_refs(&repo, AGENT_REF_PREFIX, &mut skipped)?;
+        let litany = list_refs(&repo, Flavour::Litany.mark_root(), &mut skipped)?;
+        let lernie = list_refs(&repo, Flavour::Lernie.mark_root(), &mut skipped)?;
+        let flavour = Flavour::detect(!litany.is_empty(), !lernie.is_empty());
+        let flat = if flavour == Flavour::Litany {
+            litany
+        } else {
+            lernie
+        };
+        let mut marks: BTreeMap<String, BTreeMap<String, Oid>> = BTreeMap::new();
+        for (rest, oid) in flat {
+            match rest.split_once('/') {
+                Some((kind, id)) if is_component(kind) && is_component(id) => {
+                    marks.entry(kind.into()).or_default().insert(id.into(), oid);
+                }
+                _ => skipped.push(format!("{}{rest}", flavour.mark_root())),
+            }
+        }
+        let mut agents_by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut live = BTreeMap::new();
+        for (id, tip) in agents {
+            if !is_component(&id) {
+                skipped.push(format!("{AGENT_REF_PREFIX}{id}"));
+                continue;
+            }
+            if let Some(name) = read_name(&repo, tip)
+                && is_component(&name)
+            {
+                agents_by_name.entry(name).or_default().push(id.clone());
+            }
+            live.insert(id, tip);
+        }
+        let (mut names, mut clashes) = (BTreeMap::new(), BTreeMap::new());
+        for (name, mut ids) in agents_by_name {
+            if ids.len() == 1 {
+                names.insert(name, ids.remove(0));
+            } else {
+                ids.sort();
+                clashes.insert(name, ids);
+            }
+        }
+        Ok(Snapshot {
+            agents: live,
+            flavour,
+            marks,
+            names,
+            clashes,
+            skipped,
+        })
+    }
+
+    /// What `path` (components below the tree root) is in the tree of `commit`; `None`
+    /// when it does not exist there.
+    pub fn entry_at(&self, commit: Oid, path: &[&str]) -> Result<Option<GitEntry>, GitError> {
+        let repo = self.repo.lock();
+        let tree = git(
+            || format!("tree of {commit}"),
+            repo.find_commit(commit).and_then(|c| c.tree()),
+        )?;
+        if path.is_empty() {
+            return Ok(Some(GitEntry::Tree(tree.id())));
+        }
+        let mut current = tree;
+        for (i, part) in path.iter().enumerate() {
+            let Some(kind) = current.get_name(part).map(|e| classify(&e)) else {
+                return Ok(None);
+            };
+            if i + 1 == path.len() {
+                return Ok(kind);
+            }
+            match kind {
+                Some(GitEntry::Tree(oid)) => {
+                    current = git(|| format!("tree {oid}"), repo.find_tree(oid))?;
+                }
+                _ => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The entries of a tree, in git's order; names that are not valid UTF-8 components
+    /// are left out.
+    pub fn list_tree(&self, tree: Oid) -> Result<Vec<(String, GitEntry)>, GitError> {
+        let repo = self.repo.lock();
+        let tree = git(|| format!("tree {tree}"), repo.find_tree(tree))?;
+        Ok(tree
+            .iter()
+            .filter_map(|e| {
+                let name = e.name()?;
+                is_component(name).then_some(())?;
+                Some((name.to_string(), classify(&e)?))
+            })
+            .collect())
+    }
+
+    /// An object's type and size, read from its header only.
+    pub fn header(&self, oid: Oid) -> Result<(ObjectType, u64), GitError> {
+        let repo = self.repo.lock();
+        let odb = git(|| "open odb".into(), repo.odb())?;
+        let (size, kind) = git(|| format!("header {oid}"), odb.read_header(oid))?;
+        Ok((kind, size as u64))
+    }
+
+    pub fn blob(&self, oid: Oid) -> Result<Vec<u8>, GitError> {
+        let repo = self.repo.lock();
+        let blob = git(|| format!("blob {oid}"), repo.find_blob(oid))?;
+        Ok(blob.content().to_vec())
+    }
+
+    /// The committer time of a commit, used as the mtime of what it holds.
+    pub fn commit_time(&self, oid: Oid) -> Result<SystemTime, GitError> {
+        let repo = self.repo.lock();
+        let commit = git(|| format!("commit {oid}"), repo.find_commit(oid))?;
+        let secs = commit.committer().when().seconds().max(0) as u64;
+        Ok(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+    }
+
+    /// When a ref last moved, as well as the files can tell: its loose file's mtime, else
+    /// `packed-refs`'s.
+    pub fn ref_mtime(&self, refname: &str) -> Option<SystemTime> {
+        [
+            self.repo_dir.join(refname),
+            self.repo_dir.join("packed-refs"),
+        ]
+        .iter()
+        .find_map(|p| std::fs::symlink_metadata(p).ok()?.modified().ok())
+    }
+}
+
+/// The refs under `prefix` as (rest of the name, target), peeled to what they point at.
+fn list_refs(
+    repo: &Repository,
+    prefix: &str,
+    skipped: &mut Vec<String>,
+) -> Result<BTreeMap<String, Oid>, GitError> {
+    let mut out = BTreeMap::new();
+    let iter = git(
+        || format!("list {prefix}*"),
+        repo.references_glob(&format!("{prefix}*")),
+    )?;
+    for r in iter {
+        let Ok(r) = r else { continue };
+        let Some(name) = r.name() else {
+            skipped.push(String::from_utf8_lossy(r.name_bytes()).into_owned());
+            continue;
+        };
+        let Some(rest) = name.strip_prefix(prefix) else {
+            continue;
+        };
+        let target = r.target().or_else(|| r.resolve().ok()?.target());
+        match target {
+            Some(oid) => {
+                out.insert(rest.to_string(), oid);
+            }
+            None => skipped.push(name.to_string()),
+        }
+    }
+    Ok(out)
+}
+
+/// The trimmed content of the `name` file at `tip`'s tree root; `None` when unnamed.
+fn read_name(repo: &Repository, tip: Oid) -> Option<String> {
+    let tree = repo.find_commit(tip).ok()?.tree().ok()?;
+    let blob = repo.find_blob(tree.get_name(NAME_FILE)?.id()).ok()?;
+    let name = std::str::from_utf8(blob.content()).ok()?.trim();
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+fn classify(entry: &git2::TreeEntry<'_>) -> Option<GitEntry> {
+    let oid = entry.id();
+    match entry.filemode() {
+        0o040000 => Some(GitEntry::Tree(oid)),
+        0o100644 | 0o100664 => Some(GitEntry::Blob {
+            oid,
+            executable: false,
+        }),
+        0o100755 => Some(GitEntry::Blob {
+            oid,
+            executable: true,
+        }),
+        0o120000 => Some(GitEntry::Link(oid)),
+        0o160000 => Some(GitEntry::Gitlink(oid)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flavour_detection() {
+        assert_eq!(Flavour::detect(false, false), Flavour::Litany);
+        assert_eq!(Flavour::detect(true, false), Flavour::Litany);
+        assert_eq!(Flavour::detect(false, true), Flavour::Lernie);
+        assert_eq!(Flavour::detect(true, true), Flavour::Litany);
+    }
+}

@@ -1,0 +1,28 @@
+//! Step records: which backing names under `steps/` are records and which are the
+//! harness's own scratch (CONTRACT §4).
+
+/// The driver's stderr log beside an agent's numbered step directories.
+pub const DRIVER_LOG: &str = "driver.log";
+
+/// The suffix of the harness's write-then-rename temp files (`output.json.tmp`,
+/// `input.json.tmp`, `*-mark.<pid>.tmp`). A `.tmp` file is never a finished record.
+pub const HARNESS_TEMP_SUFFIX: &str = ".tmp";
+
+/// True for a name under `steps/` that the view hides: the harness's temp files.
+pub fn is_harness_temp(name: &[u8]) -> bool {
+    name.ends_with(HARNESS_TEMP_SUFFIX.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names() {
+        assert!(is_harness_temp(b"output.json.tmp"));
+        assert!(is_harness_temp(b".tmp"));
+        assert!(!is_harness_temp(b"output.json"));
+        assert!(!is_harness_temp(b"tmp"));
+        assert!(!is_harness_temp(b"x.tmp.json"));
+    }
+}
