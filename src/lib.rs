@@ -6,6 +6,7 @@
 //! [`deposit`] (the inbox write path). Everything but [`fs`] and [`mount`] is plain Rust,
 //! unit-tested without a mount.
 
+pub mod demo;
 pub mod deposit;
 pub mod fixture;
 pub mod fs;

@@ -1,1 +1,126 @@
-fn main() {}
+//! The `litanyfs` command: mount, unmount, demo.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use litanyfs::mount::{self, MountOptions};
+
+/// Mount a litany agent-harness workspace as one live directory tree.
+///
+/// The mount root mirrors the workspace root, so every workspace-relative path litany
+/// prints works verbatim under it:
+///
+///   steps/<id>/...        every step record and driver.log, bytes and mtimes as on disk
+///                         (the harness's *.tmp files are hidden)
+///   inbox/<id>/           pending deposits, as a drain would accept them
+///   agents/<id>/...       the committed tree at the tip of refs/heads/agents/<id>, from git
+///   marks/<kind>/<id>     a mark under refs/litany/ (refs/lernie/ for lernie): a blob mark
+///                         reads as its bytes, a commit mark as its 40-hex id and a newline
+///   names/<Name>          a symlink to ../agents/<id> for each uniquely named living agent
+///
+/// Everything is live, and everything refuses changes with EROFS.
+/// Logging follows RUST_LOG (default: info).
+#[derive(Parser)]
+#[command(name = "litanyfs", version, verbatim_doc_comment)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Mount WORKSPACE at MOUNTPOINT; returns once the mount answers.
+    Mount {
+        /// A litany workspace: a directory holding repo.git.
+        workspace: PathBuf,
+        /// An existing, empty directory.
+        mountpoint: PathBuf,
+        /// Stay attached and log to stderr instead of running as a daemon.
+        #[arg(long)]
+        foreground: bool,
+        /// Where the daemon logs (default: $XDG_STATE_HOME/litanyfs/<mountpoint>.log).
+        #[arg(long)]
+        log_file: Option<PathBuf>,
+        /// Threads serving requests.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+    },
+    /// Unmount a litanyfs mount; its daemon then exits.
+    Unmount { mountpoint: PathBuf },
+    /// Create a sample workspace in DIR/ws, mount it at DIR/mnt, and print a tour.
+    Demo {
+        #[arg(default_value = "/tmp/litanyfs-demo")]
+        dir: PathBuf,
+    },
+}
+
+fn init_logging() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info,fuser=error"))
+        .init();
+}
+
+fn main() -> ExitCode {
+    init_logging();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Mount {
+            workspace,
+            mountpoint,
+            foreground,
+            log_file,
+            threads,
+        } => {
+            let opts = MountOptions {
+                foreground,
+                log_file,
+                threads,
+            };
+            if foreground {
+                mount::run(&workspace, &mountpoint, &opts)
+            } else {
+                mount::spawn_daemon(&workspace, &mountpoint, &opts).map(|log| {
+                    eprintln!(
+                        "litanyfs: mounted {} at {} (log: {})",
+                        workspace.display(),
+                        mountpoint.display(),
+                        log.display()
+                    );
+                })
+            }
+            .map_err(|e| e.to_string())
+        }
+        Cmd::Unmount { mountpoint } => mount::unmount(&mountpoint).map_err(|e| e.to_string()),
+        Cmd::Demo { dir } => demo(&dir),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(why) => {
+            eprintln!("litanyfs: {why}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn demo(dir: &std::path::Path) -> Result<(), String> {
+    let ws = dir.join("ws");
+    let mnt = dir.join("mnt");
+    if mount::mounted_type(&std::path::absolute(&mnt).map_err(|e| e.to_string())?).is_some() {
+        mount::unmount(&mnt).map_err(|e| e.to_string())?;
+    }
+    if ws.exists() {
+        std::fs::remove_dir_all(&ws).map_err(|e| format!("{}: {e}", ws.display()))?;
+    }
+    std::fs::create_dir_all(&mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
+    litanyfs::demo::build(&ws).map_err(|e| format!("building the sample workspace: {e}"))?;
+    let opts = MountOptions {
+        foreground: false,
+        log_file: None,
+        threads: 4,
+    };
+    let log = mount::spawn_daemon(&ws, &mnt, &opts).map_err(|e| e.to_string())?;
+    print!("{}", litanyfs::demo::tour(&mnt));
+    println!("The daemon logs to {}", log.display());
+    Ok(())
+}

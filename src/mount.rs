@@ -1,1 +1,483 @@
+//! The mount's lifecycle: checks before mounting, the background daemon and its
+//! readiness handshake, signals, stale mounts and unmounting.
+//!
+//! `litanyfs mount` returns only once the mount answers, so a script can use it on the
+//! next line. The parent runs every check itself (so each refusal is one line on its own
+//! stderr), then starts the daemon detached and waits for one line on a pipe: `ready`, or
+//! the reason it could not mount. The daemon is started through a double fork, so it is
+//! in a session of its own but not a process-group leader: `litany stop` signals the
+//! holder of an inbox directory's fd only when that holder leads its group (CONTRACT
+//! §3.7), and the daemon never holds one for longer than a listing anyway.
 
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fuser::{Config, MountOption, Session};
+
+use crate::fs::Fs;
+use crate::tree::Tree;
+use crate::workspace::{Workspace, WorkspaceError};
+
+/// The environment variable that tells a daemon its stdout is the readiness pipe.
+const READY_ENV: &str = "LITANYFS_READY_PIPE";
+/// The readiness line a daemon writes once the mount answers.
+const READY_LINE: &str = "ready";
+/// How long a daemon waits for its own mount to answer before giving up.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The filesystem type shown in `/proc/mounts` (`fuse.litanyfs`).
+pub const SUBTYPE: &str = "litanyfs";
+
+/// How the mount is run.
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    pub foreground: bool,
+    pub log_file: Option<PathBuf>,
+    pub threads: usize,
+}
+
+/// Why a mount or unmount was refused; each is one line for the user.
+#[derive(Debug)]
+pub enum MountError {
+    Workspace(WorkspaceError),
+    MountpointMissing(PathBuf),
+    NotADirectory(PathBuf),
+    NotEmpty(PathBuf),
+    AlreadyMounted(PathBuf),
+    NotMounted(PathBuf),
+    Io(String, std::io::Error),
+    Daemon(String),
+}
+
+impl std::fmt::Display for MountError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Workspace(e) => write!(f, "{e}"),
+            Self::MountpointMissing(p) => write!(f, "mountpoint {} does not exist", p.display()),
+            Self::NotADirectory(p) => write!(f, "mountpoint {} is not a directory", p.display()),
+            Self::NotEmpty(p) => write!(f, "mountpoint {} is not empty", p.display()),
+            Self::AlreadyMounted(p) => write!(f, "{} is already mounted", p.display()),
+            Self::NotMounted(p) => write!(f, "{} is not mounted", p.display()),
+            Self::Io(what, e) => write!(f, "{what}: {e}"),
+            Self::Daemon(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+impl std::error::Error for MountError {}
+
+/// `path` made absolute without resolving its last component (which may be a dead mount).
+fn absolute(path: &Path) -> Result<PathBuf, MountError> {
+    let abs =
+        std::path::absolute(path).map_err(|e| MountError::Io(path.display().to_string(), e))?;
+    match (abs.parent(), abs.file_name()) {
+        (Some(parent), Some(name)) => match std::fs::canonicalize(parent) {
+            Ok(p) => Ok(p.join(name)),
+            Err(_) => Ok(abs),
+        },
+        _ => Ok(abs),
+    }
+}
+
+/// Mount points from `/proc/self/mountinfo`, with their filesystem types.
+fn mounts() -> Vec<(PathBuf, String)> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    info.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let point = fields.get(4)?;
+            let sep = fields.iter().position(|f| *f == "-")?;
+            let fstype = fields.get(sep + 1)?;
+            Some((PathBuf::from(unescape_octal(point)), fstype.to_string()))
+        })
+        .collect()
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape_octal(s: &str) -> std::ffi::OsString {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    std::os::unix::ffi::OsStringExt::from_vec(out)
+}
+
+/// The filesystem type mounted at `mnt`, if anything is.
+pub fn mounted_type(mnt: &Path) -> Option<String> {
+    mounts()
+        .into_iter()
+        .rev()
+        .find(|(p, _)| p == mnt)
+        .map(|(_, t)| t)
+}
+
+fn umount2(mnt: &Path, flags: libc::c_int) -> std::io::Result<()> {
+    let c = CString::new(mnt.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Detaches whatever is mounted at `mnt`: directly when privileged, else through
+/// `fusermount3 -u` (lazily with `lazy`).
+fn detach(mnt: &Path, lazy: bool) -> std::io::Result<()> {
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    match umount2(mnt, flags) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            let mut cmd = Command::new("fusermount3");
+            cmd.arg(if lazy { "-uz" } else { "-u" }).arg(mnt);
+            let out = cmd.stderr(Stdio::piped()).output()?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(std::io::Error::other(
+                    String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                ))
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Checks the workspace and the mountpoint, clearing a stale mount left by a killed
+/// daemon. Returns the opened workspace and the absolute mountpoint.
+pub fn preflight(ws: &Path, mnt: &Path) -> Result<(Workspace, PathBuf), MountError> {
+    let workspace = Workspace::open(ws).map_err(MountError::Workspace)?;
+    let mnt = absolute(mnt)?;
+    let meta = match std::fs::metadata(&mnt) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            log::warn!(
+                "{}: clearing a stale mount (Transport endpoint is not connected)",
+                mnt.display()
+            );
+            detach(&mnt, true).map_err(|e| {
+                MountError::Io(format!("clearing stale mount at {}", mnt.display()), e)
+            })?;
+            std::fs::metadata(&mnt).map_err(|e| MountError::Io(mnt.display().to_string(), e))?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(MountError::MountpointMissing(mnt));
+        }
+        Err(e) => return Err(MountError::Io(mnt.display().to_string(), e)),
+        Ok(m) => m,
+    };
+    if !meta.is_dir() {
+        return Err(MountError::NotADirectory(mnt));
+    }
+    if mounted_type(&mnt).is_some() {
+        return Err(MountError::AlreadyMounted(mnt));
+    }
+    let mut entries =
+        std::fs::read_dir(&mnt).map_err(|e| MountError::Io(mnt.display().to_string(), e))?;
+    if entries.next().is_some() {
+        return Err(MountError::NotEmpty(mnt));
+    }
+    Ok((workspace, mnt))
+}
+
+/// `litanyfs unmount`: detaches the mount; the daemon exits when its session ends.
+pub fn unmount(mnt: &Path) -> Result<(), MountError> {
+    let mnt = absolute(mnt)?;
+    if mounted_type(&mnt).is_none() {
+        return Err(MountError::NotMounted(mnt));
+    }
+    detach(&mnt, false)
+        .or_else(|e| {
+            log::warn!("{}: busy ({e}); detaching lazily", mnt.display());
+            detach(&mnt, true)
+        })
+        .map_err(|e| MountError::Io(format!("unmounting {}", mnt.display()), e))
+}
+
+/// Where a background daemon logs when `--log-file` is not given.
+pub fn default_log_file(mnt: &Path) -> PathBuf {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(std::env::temp_dir);
+    let name: String = mnt
+        .to_string_lossy()
+        .trim_start_matches('/')
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    state.join("litanyfs").join(format!("{name}.log"))
+}
+
+/// `litanyfs mount` without `--foreground`: checks, starts the daemon, and returns once
+/// it reports that the mount answers.
+pub fn spawn_daemon(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<PathBuf, MountError> {
+    let (_, mnt) = preflight(ws, mnt)?;
+    let ws = std::fs::canonicalize(ws).map_err(|e| MountError::Io(ws.display().to_string(), e))?;
+    let log_path = opts
+        .log_file
+        .clone()
+        .unwrap_or_else(|| default_log_file(&mnt));
+    if let Some(dir) = log_path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| MountError::Io(dir.display().to_string(), e))?;
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| MountError::Io(log_path.display().to_string(), e))?;
+    let exe = std::env::current_exe().map_err(|e| MountError::Io("current_exe".into(), e))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount")
+        .arg("--foreground")
+        .arg("--threads")
+        .arg(opts.threads.to_string())
+        .arg(&ws)
+        .arg(&mnt)
+        .env(READY_ENV, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log);
+    // SAFETY: only async-signal-safe calls (setsid, fork, _exit) run between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            match libc::fork() {
+                -1 => Err(std::io::Error::last_os_error()),
+                0 => Ok(()),
+                _ => libc::_exit(0),
+            }
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| MountError::Io("starting the daemon".into(), e))?;
+    let stdout = child.stdout.take();
+    let _ = child.wait(); // the intermediate exits at once; the daemon lives on
+    let mut line = String::new();
+    if let Some(out) = stdout {
+        let _ = BufReader::new(out).read_line(&mut line);
+    }
+    match line.trim_end() {
+        READY_LINE => Ok(log_path),
+        "" => Err(MountError::Daemon(format!(
+            "the daemon exited before the mount answered; see {}",
+            log_path.display()
+        ))),
+        why => Err(MountError::Daemon(why.to_string())),
+    }
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and so in every thread started after
+/// it), and starts a thread that unmounts `mnt` when one arrives.
+fn handle_signals(mnt: PathBuf) {
+    // SAFETY: sigset manipulation on a local set; pthread_sigmask on the current thread.
+    let set = unsafe {
+        let mut set = std::mem::zeroed::<libc::sigset_t>();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    let spawned = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            loop {
+                let mut sig = 0;
+                // SAFETY: `set` is a valid, initialised signal set.
+                if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+                    continue;
+                }
+                log::info!("signal {sig}: unmounting {}", mnt.display());
+                if let Err(e) = detach(&mnt, false).or_else(|_| detach(&mnt, true)) {
+                    log::error!("{}: unmount failed: {e}", mnt.display());
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        log::error!("could not start the signal thread: {e}");
+    }
+}
+
+/// Waits until `mnt` is served by a filesystem other than the one it had before.
+fn wait_until_mounted(mnt: &Path, before_dev: u64) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        match std::fs::metadata(mnt) {
+            Ok(m) if m.dev() != before_dev => return Ok(()),
+            Ok(_) => {}
+            Err(e) => {
+                return Err(format!(
+                    "{}: the new mount does not answer: {e}",
+                    mnt.display()
+                ));
+            }
+        }
+        if start.elapsed() > READY_TIMEOUT {
+            return Err(format!(
+                "{}: the mount did not answer within {READY_TIMEOUT:?}",
+                mnt.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Runs the filesystem in this process until it is unmounted.
+pub fn run(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<(), MountError> {
+    let mut ready_pipe = std::env::var_os(READY_ENV).map(|_| {
+        // SAFETY: fd 1 is the readiness pipe the parent gave us; we take it over.
+        unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(libc::dup(1)) }
+    });
+    if ready_pipe.is_some() {
+        redirect_stdout_to_null();
+    }
+    let result = serve(ws, mnt, opts, &mut ready_pipe);
+    if let (Err(e), Some(pipe)) = (&result, ready_pipe.as_mut()) {
+        let _ = writeln!(pipe, "{e}");
+    }
+    result
+}
+
+fn redirect_stdout_to_null() {
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        use std::os::fd::AsRawFd;
+        // SAFETY: both descriptors are valid; dup2 replaces fd 1.
+        unsafe { libc::dup2(null.as_raw_fd(), 1) };
+    }
+}
+
+fn serve(
+    ws: &Path,
+    mnt: &Path,
+    opts: &MountOptions,
+    ready: &mut Option<File>,
+) -> Result<(), MountError> {
+    let (workspace, mnt) = preflight(ws, mnt)?;
+    let before_dev = std::fs::metadata(&mnt)
+        .map_err(|e| MountError::Io(mnt.display().to_string(), e))?
+        .dev();
+    handle_signals(mnt.clone());
+    let tree = Tree::new(workspace.clone()).map_err(|e| MountError::Daemon(e.to_string()))?;
+    let fs = Fs::new(Arc::new(tree));
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName(format!("litanyfs:{}", workspace.root().display())),
+        MountOption::Subtype(SUBTYPE.into()),
+        MountOption::NoDev,
+        MountOption::NoSuid,
+        MountOption::NoAtime,
+    ];
+    config.n_threads = Some(opts.threads.max(1));
+    config.clone_fd = true;
+    let session = Session::new(fs, &mnt, &config)
+        .map_err(|e| MountError::Io(format!("mounting {}", mnt.display()), e))?;
+    let pipe = ready.take();
+    let watched = mnt.clone();
+    let started = std::thread::Builder::new()
+        .name("ready".into())
+        .spawn(move || match wait_until_mounted(&watched, before_dev) {
+            Ok(()) => {
+                log::info!("{}: mounted and answering", watched.display());
+                if let Some(mut p) = pipe {
+                    let _ = writeln!(p, "{READY_LINE}");
+                }
+            }
+            Err(why) => {
+                log::error!("{why}");
+                if let Some(mut p) = pipe {
+                    let _ = writeln!(p, "{why}");
+                }
+                let _ = detach(&watched, true);
+            }
+        });
+    if let Err(e) = started {
+        log::error!("could not start the readiness thread: {e}");
+    }
+    log::info!(
+        "serving {} at {} with {} threads",
+        workspace.root().display(),
+        mnt.display(),
+        opts.threads
+    );
+    session
+        .run()
+        .map_err(|e| MountError::Io(format!("serving {}", mnt.display()), e))?;
+    log::info!("{}: unmounted; exiting", mnt.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape_octal("/a\\040b"), "/a b");
+        assert_eq!(unescape_octal("/a\\134b"), "/a\\b");
+        assert_eq!(unescape_octal("/plain"), "/plain");
+        assert_eq!(unescape_octal("/trail\\04"), "/trail\\04");
+    }
+
+    #[test]
+    fn preflight_refusals() {
+        let t = tempfile::tempdir().unwrap();
+        let ws = t.path().join("ws");
+        std::fs::create_dir_all(ws.join("repo.git")).unwrap();
+        let not_ws = t.path().join("plain");
+        std::fs::create_dir(&not_ws).unwrap();
+        let mnt = t.path().join("mnt");
+        let err = preflight(&not_ws, &mnt).unwrap_err().to_string();
+        assert!(err.contains("is not a workspace (no repo.git)"), "{err}");
+        assert!(matches!(
+            preflight(&ws, &mnt),
+            Err(MountError::MountpointMissing(_))
+        ));
+        std::fs::write(&mnt, b"").unwrap();
+        assert!(matches!(
+            preflight(&ws, &mnt),
+            Err(MountError::NotADirectory(_))
+        ));
+        std::fs::remove_file(&mnt).unwrap();
+        std::fs::create_dir(&mnt).unwrap();
+        std::fs::write(mnt.join("x"), b"").unwrap();
+        assert!(matches!(preflight(&ws, &mnt), Err(MountError::NotEmpty(_))));
+        std::fs::remove_file(mnt.join("x")).unwrap();
+        assert!(preflight(&ws, &mnt).is_ok());
+        assert!(matches!(
+            preflight(&ws, Path::new("/proc")),
+            Err(MountError::AlreadyMounted(_))
+        ));
+    }
+}

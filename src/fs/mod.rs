@@ -1,1 +1,620 @@
+//! The FUSE adapter: the only module that knows about `fuser`.
+//!
+//! Each handler turns a request into a question for the [`Tree`], and its answer into a
+//! reply: inode numbers come from the [`InodeTable`], open files and listings live in
+//! [`Handles`], and every refusal is answered with the tree's errno and logged once with
+//! the path and the reason. A handler that panicked would take the mount down with it,
+//! so each runs under [`guarded`], which turns a panic into EIO and a log line.
 
+mod handles;
+mod inodes;
+
+pub use inodes::ROOT_INO;
+
+use std::ffi::OsStr;
+use std::os::unix::fs::FileExt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+use crate::tree::{Attr, Child, Content, Kind, Node, Tree, TreeError};
+use crate::workspace::backing;
+use handles::{Handle, Handles};
+use inodes::InodeTable;
+
+/// How long the kernel may trust a name or an attribute before asking again. Short, so
+/// that appended records and moved refs show within a second without invalidation.
+pub const ENTRY_TTL: Duration = Duration::from_millis(250);
+pub const ATTR_TTL: Duration = Duration::from_millis(250);
+
+/// Kernel features asked for at `init`, each taken only if the kernel offers it.
+const WANTED: [InitFlags; 3] = [
+    // Listings carry attributes, so `ls -l` and `find` need no lookup per entry.
+    InitFlags::FUSE_DO_READDIRPLUS,
+    // A changed mtime or size drops cached pages: `tail -f` sees appended bytes.
+    InitFlags::FUSE_AUTO_INVAL_DATA,
+    // Lookups in one directory need not wait for each other.
+    InitFlags::FUSE_PARALLEL_DIROPS,
+];
+
+pub struct Fs {
+    tree: Arc<Tree>,
+    inodes: InodeTable,
+    handles: Handles,
+    uid: u32,
+    gid: u32,
+}
+
+/// Runs a handler, answering EIO (through the dropped reply) if it panics.
+fn guarded(op: &str, f: impl FnOnce()) {
+    if catch_unwind(AssertUnwindSafe(f)).is_err() {
+        log::error!("{op}: handler panicked; answered EIO");
+    }
+}
+
+fn errno(e: &TreeError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+/// Logs a refusal once, at a level that fits it, and gives the errno to answer.
+fn refuse(op: &str, e: &TreeError) -> Errno {
+    if e.is_routine() {
+        log::debug!("{op} {e}");
+    } else {
+        log::warn!("{op} {e} (errno {})", e.errno());
+    }
+    errno(e)
+}
+
+fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::Dir => FileType::Directory,
+        Kind::File => FileType::RegularFile,
+        Kind::Symlink => FileType::Symlink,
+    }
+}
+
+impl Fs {
+    pub fn new(tree: Arc<Tree>) -> Self {
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Self {
+            tree,
+            inodes: InodeTable::default(),
+            handles: Handles::default(),
+            uid,
+            gid,
+        }
+    }
+
+    fn fuse_attr(&self, ino: u64, a: &Attr) -> FileAttr {
+        FileAttr {
+            ino: INodeNo(ino),
+            size: a.size,
+            blocks: a.size.div_ceil(512),
+            atime: a.atime,
+            mtime: a.mtime,
+            ctime: a.ctime,
+            crtime: a.mtime,
+            kind: file_type(a.kind),
+            perm: a.perm,
+            nlink: a.nlink,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    fn node(&self, ino: INodeNo) -> Result<Node, TreeError> {
+        self.inodes
+            .get(ino.0)
+            .map(|(node, _)| node)
+            .ok_or_else(|| TreeError::NotFound(format!("inode {}", ino.0)))
+    }
+
+    /// The attributes of `ino` now; `NotFound` when its path names something else.
+    fn attr(&self, ino: INodeNo) -> Result<Attr, TreeError> {
+        let (node, identity) = self
+            .inodes
+            .get(ino.0)
+            .ok_or_else(|| TreeError::NotFound(format!("inode {}", ino.0)))?;
+        let attr = self.tree.getattr(&node)?;
+        if attr.identity != identity {
+            return Err(TreeError::NotFound(node.path()));
+        }
+        Ok(attr)
+    }
+
+    /// The mount-relative path of `name` in directory `parent`, for log lines.
+    fn path_of(&self, parent: INodeNo, name: &OsStr) -> String {
+        match self.inodes.get(parent.0) {
+            Some((node, _)) => node.join(name),
+            None => name.to_string_lossy().into_owned(),
+        }
+    }
+
+    fn read_only(&self, op: &str, path: String) -> Errno {
+        refuse(op, &TreeError::ReadOnly(path))
+    }
+
+    fn list(&self, ino: INodeNo) -> Result<Arc<Vec<Child>>, TreeError> {
+        let node = self.node(ino)?;
+        Ok(Arc::new(self.tree.list(&node)?))
+    }
+}
+
+impl Filesystem for Fs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        for flag in WANTED {
+            if let Err(missing) = config.add_capabilities(flag) {
+                log::info!("kernel does not offer {missing:?}; going without");
+            }
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        guarded("lookup", || {
+            let found = self.node(parent).and_then(|p| self.tree.lookup(&p, name));
+            match found {
+                Ok((node, attr)) => {
+                    let ino = self.inodes.lookup(&attr.identity, &node);
+                    reply.entry(&ENTRY_TTL, &self.fuse_attr(ino, &attr), Generation(0));
+                }
+                Err(e) => reply.error(refuse("lookup", &e)),
+            }
+        })
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inodes.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        guarded("getattr", || {
+            // An open backing file answers for itself: `tail -f` polls fstat on its fd,
+            // and a file renamed away under an open fd is still that file.
+            if let Some(h) = fh.and_then(|fh| self.handles.get(fh.0))
+                && let Handle::File(Content::File(f)) = &*h
+            {
+                match backing::fstat(f) {
+                    Ok(st) => {
+                        let attr = self.tree.backing_attr(&st);
+                        return reply.attr(&ATTR_TTL, &self.fuse_attr(ino.0, &attr));
+                    }
+                    Err(e) => {
+                        let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
+                        return reply.error(refuse("getattr", &TreeError::io(path, e)));
+                    }
+                }
+            }
+            match self.attr(ino) {
+                Ok(attr) => reply.attr(&ATTR_TTL, &self.fuse_attr(ino.0, &attr)),
+                Err(e) => reply.error(refuse("getattr", &e)),
+            }
+        })
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        guarded("readlink", || {
+            match self.node(ino).and_then(|n| self.tree.readlink(&n)) {
+                Ok(target) => reply.data(&target),
+                Err(e) => reply.error(refuse("readlink", &e)),
+            }
+        })
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        guarded("open", || {
+            let node = match self.node(ino) {
+                Ok(n) => n,
+                Err(e) => return reply.error(refuse("open", &e)),
+            };
+            if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
+                return reply.error(self.read_only("open for writing", node.path()));
+            }
+            match self.tree.open(&node) {
+                Ok(content) => {
+                    let fh = self.handles.insert(Handle::File(content));
+                    reply.opened(FileHandle(fh), FopenFlags::empty());
+                }
+                Err(e) => reply.error(refuse("open", &e)),
+            }
+        })
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        guarded("read", || {
+            let Some(h) = self.handles.get(fh.0) else {
+                return reply.error(Errno::EBADF);
+            };
+            match &*h {
+                Handle::File(Content::File(f)) => {
+                    let mut buf = vec![0u8; size as usize];
+                    let mut filled = 0;
+                    while filled < buf.len() {
+                        match f.read_at(&mut buf[filled..], offset + filled as u64) {
+                            Ok(0) => break,
+                            Ok(n) => filled += n,
+                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                            Err(e) => {
+                                let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
+                                return reply.error(refuse("read", &TreeError::io(path, e)));
+                            }
+                        }
+                    }
+                    reply.data(&buf[..filled]);
+                }
+                Handle::File(Content::Bytes(b)) => {
+                    let start = (offset as usize).min(b.len());
+                    let end = start.saturating_add(size as usize).min(b.len());
+                    reply.data(&b[start..end]);
+                }
+                Handle::Dir(_) => reply.error(Errno::EISDIR),
+            }
+        })
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.handles.remove(fh.0);
+        reply.ok();
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _d: bool, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        guarded("opendir", || match self.list(ino) {
+            Ok(children) => {
+                let fh = self.handles.insert(Handle::Dir(children));
+                reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(refuse("opendir", &e)),
+        })
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        guarded("readdir", || {
+            let Some(h) = self.handles.get(fh.0) else {
+                return reply.error(Errno::EBADF);
+            };
+            let Handle::Dir(children) = &*h else {
+                return reply.error(Errno::ENOTDIR);
+            };
+            // Offsets: 1 is ".", 2 is "..", 3 + i is children[i].
+            let mut next = offset;
+            while next < 2 + children.len() as u64 {
+                let full = match next {
+                    0 => reply.add(ino, 1, FileType::Directory, "."),
+                    1 => reply.add(ino, 2, FileType::Directory, ".."),
+                    n => {
+                        let c = &children[(n - 2) as usize];
+                        let child = self.inodes.peek_or_insert(&c.attr.identity, &c.node);
+                        reply.add(INodeNo(child), n + 1, file_type(c.attr.kind), &c.name)
+                    }
+                };
+                if full {
+                    break;
+                }
+                next += 1;
+            }
+            reply.ok();
+        })
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        guarded("readdirplus", || {
+            let Some(h) = self.handles.get(fh.0) else {
+                return reply.error(Errno::EBADF);
+            };
+            let Handle::Dir(children) = &*h else {
+                return reply.error(Errno::ENOTDIR);
+            };
+            let self_attr = match self.attr(ino) {
+                Ok(a) => self.fuse_attr(ino.0, &a),
+                Err(e) => return reply.error(refuse("readdirplus", &e)),
+            };
+            let mut next = offset;
+            while next < 2 + children.len() as u64 {
+                let full = match next {
+                    // The kernel counts no lookup for "." and "..".
+                    0 => reply.add(ino, 1, ".", &ENTRY_TTL, &self_attr, Generation(0)),
+                    1 => reply.add(ino, 2, "..", &ENTRY_TTL, &self_attr, Generation(0)),
+                    n => {
+                        let c = &children[(n - 2) as usize];
+                        let child = self.inodes.peek_or_insert(&c.attr.identity, &c.node);
+                        let attr = self.fuse_attr(child, &c.attr);
+                        let full = reply.add(
+                            INodeNo(child),
+                            n + 1,
+                            &c.name,
+                            &ENTRY_TTL,
+                            &attr,
+                            Generation(0),
+                        );
+                        if !full {
+                            // The entry reached the kernel, which now counts a lookup.
+                            self.inodes.lookup(&c.attr.identity, &c.node);
+                        }
+                        full
+                    }
+                };
+                if full {
+                    break;
+                }
+                next += 1;
+            }
+            reply.ok();
+        })
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.handles.remove(fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        guarded("statfs", || {
+            let root = self.tree.workspace().root();
+            match statvfs(root) {
+                Ok(s) => reply.statfs(
+                    s.f_blocks,
+                    s.f_bfree,
+                    s.f_bavail,
+                    s.f_files,
+                    s.f_ffree,
+                    s.f_bsize as u32,
+                    255,
+                    s.f_frsize as u32,
+                ),
+                Err(e) => reply.error(refuse("statfs", &TreeError::io(".", e))),
+            }
+        })
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        guarded("access", || match self.attr(ino) {
+            Ok(_) if mask.contains(AccessFlags::W_OK) => {
+                let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
+                reply.error(self.read_only("access for writing", path))
+            }
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(refuse("access", &e)),
+        })
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        reply.error(Errno::NO_XATTR);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if size == 0 {
+            reply.size(0);
+        } else {
+            reply.data(&[]);
+        }
+    }
+
+    // Everything below changes the tree, which is read-only: each answers EROFS and
+    // logs the path it refused.
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        _size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
+        reply.error(self.read_only("setattr", path));
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(self.read_only("mknod", self.path_of(parent, name)));
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(self.read_only("mkdir", self.path_of(parent, name)));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply.error(self.read_only("unlink", self.path_of(parent, name)));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply.error(self.read_only("rmdir", self.path_of(parent, name)));
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        _target: &Path,
+        reply: ReplyEntry,
+    ) {
+        reply.error(self.read_only("symlink", self.path_of(parent, link_name)));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        _flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(self.read_only("rename", self.path_of(parent, name)));
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply.error(self.read_only("link", self.path_of(newparent, newname)));
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        reply.error(self.read_only("create", self.path_of(parent, name)));
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
+        reply.error(self.read_only("write", path));
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
+        reply.error(self.read_only("setxattr", path));
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
+        reply.error(self.read_only("removexattr", path));
+    }
+}
+
+fn statvfs(path: &Path) -> std::io::Result<libc::statvfs> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut s = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: valid NUL-terminated path and a writable statvfs buffer.
+    if unsafe { libc::statvfs(c.as_ptr(), s.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: statvfs succeeded and filled `s`.
+    Ok(unsafe { s.assume_init() })
+}

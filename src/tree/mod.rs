@@ -177,7 +177,8 @@ impl Tree {
         }
     }
 
-    fn backing_attr(&self, st: &Stat) -> Attr {
+    /// The attributes of a backing file from its `stat`.
+    pub fn backing_attr(&self, st: &Stat) -> Attr {
         let kind = if st.is_dir() {
             Kind::Dir
         } else if st.is_symlink() {

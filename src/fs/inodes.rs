@@ -1,0 +1,161 @@
+//! The inode table: FUSE inode numbers for the tree's nodes.
+//!
+//! A number is tied to a node's [`Identity`], not to its name: a backing file keeps its
+//! number while its (device, inode) lives, whatever it is renamed to, and a reused inbox
+//! name gets a fresh number. Entries are counted as the kernel counts lookups and dropped
+//! when it forgets them, so the table holds only what the kernel still references, plus
+//! listing-only entries (see [`InodeTable::peek_or_insert`]).
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+
+use crate::tree::{Identity, Node};
+
+/// The root's inode number, fixed by the protocol.
+pub const ROOT_INO: u64 = 1;
+
+struct Slot {
+    node: Node,
+    identity: Identity,
+    lookups: u64,
+}
+
+struct Inner {
+    by_identity: HashMap<Identity, u64>,
+    slots: HashMap<u64, Slot>,
+    next: u64,
+}
+
+pub struct InodeTable {
+    inner: Mutex<Inner>,
+}
+
+impl Default for InodeTable {
+    fn default() -> Self {
+        let mut slots = HashMap::new();
+        let root = Identity::Virtual(Node::Root);
+        slots.insert(
+            ROOT_INO,
+            Slot {
+                node: Node::Root,
+                identity: root.clone(),
+                lookups: 1,
+            },
+        );
+        Self {
+            inner: Mutex::new(Inner {
+                by_identity: HashMap::from([(root, ROOT_INO)]),
+                slots,
+                next: ROOT_INO + 1,
+            }),
+        }
+    }
+}
+
+impl InodeTable {
+    /// The number for `identity`, counting one kernel lookup. `node` becomes the path by
+    /// which the number is resolved from now on (a renamed backing file moves with it).
+    pub fn lookup(&self, identity: &Identity, node: &Node) -> u64 {
+        self.insert(identity, node, 1)
+    }
+
+    /// The number for `identity` without counting a lookup: what a plain `readdir`
+    /// reports. Such entries live until the kernel looks them up and forgets them.
+    pub fn peek_or_insert(&self, identity: &Identity, node: &Node) -> u64 {
+        self.insert(identity, node, 0)
+    }
+
+    fn insert(&self, identity: &Identity, node: &Node, count: u64) -> u64 {
+        let mut inner = self.inner.lock();
+        if let Some(&ino) = inner.by_identity.get(identity)
+            && let Some(slot) = inner.slots.get_mut(&ino)
+        {
+            slot.lookups += count;
+            if slot.node != *node {
+                slot.node = node.clone();
+            }
+            return ino;
+        }
+        let ino = inner.next;
+        inner.next += 1;
+        inner.by_identity.insert(identity.clone(), ino);
+        inner.slots.insert(
+            ino,
+            Slot {
+                node: node.clone(),
+                identity: identity.clone(),
+                lookups: count,
+            },
+        );
+        ino
+    }
+
+    /// The node and identity behind `ino`, if the kernel still references it.
+    pub fn get(&self, ino: u64) -> Option<(Node, Identity)> {
+        let inner = self.inner.lock();
+        inner
+            .slots
+            .get(&ino)
+            .map(|s| (s.node.clone(), s.identity.clone()))
+    }
+
+    /// The kernel forgot `n` lookups of `ino`; the entry goes when none remain.
+    pub fn forget(&self, ino: u64, n: u64) {
+        if ino == ROOT_INO {
+            return;
+        }
+        let mut inner = self.inner.lock();
+        let gone = match inner.slots.get_mut(&ino) {
+            Some(slot) => {
+                slot.lookups = slot.lookups.saturating_sub(n);
+                slot.lookups == 0
+            }
+            None => false,
+        };
+        if gone && let Some(slot) = inner.slots.remove(&ino) {
+            inner.by_identity.remove(&slot.identity);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_follow_identity_not_name() {
+        let t = InodeTable::default();
+        let a = Identity::Backing { dev: 1, ino: 10 };
+        let b = Identity::Backing { dev: 1, ino: 11 };
+        let name = Node::Backing("inbox/x/user-001.md".into());
+        let first = t.lookup(&a, &name);
+        assert_ne!(first, ROOT_INO);
+        // Same name, new file: a new number.
+        let second = t.lookup(&b, &name);
+        assert_ne!(first, second);
+        // Same file, new name: the same number, resolved through the new name.
+        let renamed = Node::Backing("inbox/x/user-002.md".into());
+        assert_eq!(t.lookup(&a, &renamed), first);
+        assert_eq!(t.get(first).map(|g| g.0), Some(renamed));
+    }
+
+    #[test]
+    fn forget_drops_entries_and_keeps_the_root() {
+        let t = InodeTable::default();
+        let a = Identity::Virtual(Node::MarksRoot);
+        let ino = t.lookup(&a, &Node::MarksRoot);
+        t.lookup(&a, &Node::MarksRoot);
+        t.forget(ino, 1);
+        assert!(t.get(ino).is_some());
+        t.forget(ino, 1);
+        assert!(t.get(ino).is_none());
+        assert_ne!(
+            t.lookup(&a, &Node::MarksRoot),
+            ino,
+            "numbers are not reused"
+        );
+        t.forget(ROOT_INO, 100);
+        assert!(t.get(ROOT_INO).is_some());
+    }
+}
