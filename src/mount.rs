@@ -164,22 +164,40 @@ fn detach(mnt: &Path, lazy: bool) -> std::io::Result<()> {
     }
 }
 
+/// Whether the mount at `mnt` has lost its daemon. `statfs` always reaches the daemon
+/// (no attribute cache answers it), so a dead connection shows at once.
+fn is_stale(mnt: &Path) -> bool {
+    let Ok(c) = CString::new(mnt.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut s = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: valid NUL-terminated path and a writable statfs buffer.
+    if unsafe { libc::statfs(c.as_ptr(), s.as_mut_ptr()) } == 0 {
+        return false;
+    }
+    matches!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENOTCONN | libc::ECONNABORTED)
+    )
+}
+
 /// Checks the workspace and the mountpoint, clearing a stale mount left by a killed
 /// daemon. Returns the opened workspace and the absolute mountpoint.
 pub fn preflight(ws: &Path, mnt: &Path) -> Result<(Workspace, PathBuf), MountError> {
     let workspace = Workspace::open(ws).map_err(MountError::Workspace)?;
     let mnt = absolute(mnt)?;
-    let meta = match std::fs::metadata(&mnt) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-            log::warn!(
-                "{}: clearing a stale mount (Transport endpoint is not connected)",
-                mnt.display()
-            );
-            detach(&mnt, true).map_err(|e| {
-                MountError::Io(format!("clearing stale mount at {}", mnt.display()), e)
-            })?;
-            std::fs::metadata(&mnt).map_err(|e| MountError::Io(mnt.display().to_string(), e))?
+    if mounted_type(&mnt).is_some() {
+        if !is_stale(&mnt) {
+            return Err(MountError::AlreadyMounted(mnt));
         }
+        log::warn!(
+            "{}: clearing a stale mount (Transport endpoint is not connected)",
+            mnt.display()
+        );
+        detach(&mnt, true)
+            .map_err(|e| MountError::Io(format!("clearing stale mount at {}", mnt.display()), e))?;
+    }
+    let meta = match std::fs::metadata(&mnt) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(MountError::MountpointMissing(mnt));
         }
@@ -188,9 +206,6 @@ pub fn preflight(ws: &Path, mnt: &Path) -> Result<(Workspace, PathBuf), MountErr
     };
     if !meta.is_dir() {
         return Err(MountError::NotADirectory(mnt));
-    }
-    if mounted_type(&mnt).is_some() {
-        return Err(MountError::AlreadyMounted(mnt));
     }
     let mut entries =
         std::fs::read_dir(&mnt).map_err(|e| MountError::Io(mnt.display().to_string(), e))?;

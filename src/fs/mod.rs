@@ -224,6 +224,16 @@ impl Filesystem for Fs {
                 return reply.error(self.read_only("open for writing", node.path()));
             }
             match self.tree.open(&node) {
+                // A path that now names another file must not serve it through this
+                // inode: the kernel looks the name up again once its entry expires.
+                Ok(Content::File(f))
+                    if backing::fstat(&f)
+                        .map(|st| self.tree.backing_attr(&st).identity)
+                        .ok()
+                        != self.inodes.get(ino.0).map(|(_, id)| id) =>
+                {
+                    reply.error(refuse("open", &TreeError::NotFound(node.path())))
+                }
                 Ok(content) => {
                     let fh = self.handles.insert(Handle::File(content));
                     reply.opened(FileHandle(fh), FopenFlags::empty());

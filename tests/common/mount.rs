@@ -1,0 +1,145 @@
+//! Real mounts for tests. A [`Mounted`] always unmounts when dropped, including when the
+//! test that owns it panics, so no test leaves `Transport endpoint is not connected`
+//! behind.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_litanyfs");
+
+pub fn litanyfs(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("RUST_LOG", "litanyfs=debug")
+        .output()
+        .expect("run litanyfs")
+}
+
+pub struct Mounted {
+    pub mnt: PathBuf,
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Mounted {
+    /// Mounts `ws` at a fresh mountpoint with the background daemon, as a user would.
+    pub fn new(ws: &Path) -> Self {
+        Self::with_args(ws, &[])
+    }
+
+    pub fn with_args(ws: &Path, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mnt = dir.path().join("mnt");
+        let log = dir.path().join("daemon.log");
+        std::fs::create_dir(&mnt).expect("mkdir mnt");
+        let mut args: Vec<&std::ffi::OsStr> =
+            vec!["mount".as_ref(), ws.as_os_str(), mnt.as_os_str()];
+        args.push("--log-file".as_ref());
+        args.push(log.as_os_str());
+        args.extend(extra.iter().map(|s| std::ffi::OsStr::new(*s)));
+        let out = litanyfs(&args);
+        let m = Self {
+            mnt,
+            log,
+            _dir: dir,
+        };
+        assert!(
+            out.status.success(),
+            "mount failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            m.log_text()
+        );
+        m
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The daemon serving this mount.
+    pub fn daemon_pid(&self) -> Option<i32> {
+        daemon_pid(&self.mnt)
+    }
+
+    pub fn is_mounted(&self) -> bool {
+        is_mounted(&self.mnt)
+    }
+}
+
+pub fn is_mounted(mnt: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let needle = mnt.to_string_lossy().replace(' ', "\\040");
+    mounts
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(needle.as_str()))
+}
+
+pub fn daemon_pid(mnt: &Path) -> Option<i32> {
+    let want = mnt.as_os_str().as_encoded_bytes();
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+        if args.first().is_some_and(|a| a.ends_with(b"litanyfs"))
+            && args.contains(&b"--foreground".as_slice())
+            && args.contains(&want)
+        {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// Waits for `cond` to hold, polling; false when `limit` passed first.
+pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if !self.is_mounted() {
+            return;
+        }
+        let pid = self.daemon_pid();
+        let _ = litanyfs(&["unmount".as_ref(), self.mnt.as_os_str()]);
+        if self.is_mounted() {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+        if let Some(pid) = pid {
+            // Give the daemon a moment to exit on its own; then make sure.
+            if !eventually(Duration::from_secs(5), || !alive(pid)) {
+                // SAFETY: signalling a pid we found serving our own mount.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+/// Whether `pid` is running (a zombie awaiting its reaper is not).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,576 @@
+//! The read-only tree on a real mount, checked with std::fs and the ordinary tools
+//! (ls, cat, cmp, find, stat, grep, tail -f, cp). Every mount is a [`Mounted`], which
+//! unmounts even when the test fails.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::mount::{Mounted, alive, eventually, is_mounted, litanyfs};
+use litanyfs::fixture::Fixture;
+use litanyfs::workspace::refs::Flavour;
+
+const A: &str = "20261202T094226Z-0122ccc2";
+const B: &str = "20261202T094227Z-0abc0def";
+const LIVE: Duration = Duration::from_secs(3);
+
+struct Ws {
+    _t: tempfile::TempDir,
+    f: Fixture,
+}
+
+fn workspace(flavour: Flavour) -> Ws {
+    let t = tempfile::tempdir().unwrap();
+    let f = Fixture::create(&t.path().join("ws"), flavour).unwrap();
+    let tip = f
+        .agent(A, Some("Alpha"), &[("messages/001-user.md", b"hello\n")])
+        .unwrap();
+    f.agent(B, Some("Beta"), &[]).unwrap();
+    f.commit_mark("returned", A, tip).unwrap();
+    f.blob_mark("cwd", A, b"/srv/project").unwrap();
+    f.blob_mark(
+        "held",
+        B,
+        br#"{"tool_use_id":"t","tool":"bash","reason":"r"}"#,
+    )
+    .unwrap();
+    let out = Fixture::tool_output(&"x".repeat(10_000), "warn\n", 0);
+    f.step(
+        A,
+        1,
+        &[
+            ("request.json", b"{\n  \"model\": \"m\"\n}"),
+            ("response.json", b"{\"type\":\"end\"}\n"),
+            ("meta.json", b"{}"),
+            ("stderr.log", b""),
+            ("tools/toolu_1/input.json", b"{}"),
+            ("tools/toolu_1/output.json", &out),
+            ("tools/toolu_1/output.json.tmp", b"{\"stdout\":"),
+        ],
+    )
+    .unwrap();
+    std::fs::write(
+        f.root().join("steps").join(A).join("driver.log"),
+        b"log line\n",
+    )
+    .unwrap();
+    f.inbox_file(
+        A,
+        "user-001.md",
+        b"---\nfrom: user\ndeposited_at: 2026-12-02T09:42:51Z\n---\nfirst",
+    )
+    .unwrap();
+    f.inbox_file(A, ".user-002.md.tmp", b"---\npartial")
+        .unwrap();
+    f.inbox_file(A, "stray.txt", b"not a deposit").unwrap();
+    Ws { _t: t, f }
+}
+
+fn sh(cmd: &str) -> (bool, String, String) {
+    let out = Command::new("sh").arg("-c").arg(cmd).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ls(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn files_under(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path().strip_prefix(root).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn refusals_are_one_line_and_non_zero() {
+    let w = workspace(Flavour::Litany);
+    let t = tempfile::tempdir().unwrap();
+    let empty = t.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let full = t.path().join("full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("x"), b"").unwrap();
+    let cases: Vec<(Vec<&OsStr>, &str)> = vec![
+        (
+            vec!["mount".as_ref(), t.path().as_os_str(), empty.as_os_str()],
+            "is not a workspace (no repo.git)",
+        ),
+        (
+            vec![
+                "mount".as_ref(),
+                w.f.root().as_os_str(),
+                "/nonexistent/mnt".as_ref(),
+            ],
+            "does not exist",
+        ),
+        (
+            vec!["mount".as_ref(), w.f.root().as_os_str(), full.as_os_str()],
+            "is not empty",
+        ),
+        (
+            vec!["unmount".as_ref(), empty.as_os_str()],
+            "is not mounted",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = litanyfs(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(
+            err.trim_end()
+                .lines()
+                .filter(|l| l.starts_with("litanyfs:"))
+                .count(),
+            1,
+            "{err}"
+        );
+    }
+    let m = Mounted::new(w.f.root());
+    let out = litanyfs(&["mount".as_ref(), w.f.root().as_os_str(), m.mnt.as_os_str()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is already mounted"));
+}
+
+#[test]
+fn root_mirrors_the_workspace_and_steps_match_the_disk() {
+    let w = workspace(Flavour::Litany);
+    let m = Mounted::new(w.f.root());
+    assert_eq!(ls(&m.mnt), ["agents", "inbox", "marks", "names", "steps"]);
+
+    let backing = w.f.root().join("steps");
+    let mut want: Vec<PathBuf> = files_under(&backing)
+        .into_iter()
+        .filter(|p| !p.to_string_lossy().ends_with(".tmp"))
+        .collect();
+    want.sort();
+    let got = files_under(&m.path("steps"));
+    assert_eq!(got, want);
+    for rel in &want {
+        let (real, seen) = (backing.join(rel), m.path("steps").join(rel));
+        assert_eq!(
+            std::fs::read(&real).unwrap(),
+            std::fs::read(&seen).unwrap(),
+            "{rel:?}"
+        );
+        let (a, b) = (
+            std::fs::metadata(&real).unwrap(),
+            std::fs::metadata(&seen).unwrap(),
+        );
+        assert_eq!(
+            (a.size(), a.mtime(), a.mtime_nsec()),
+            (b.size(), b.mtime(), b.mtime_nsec()),
+            "{rel:?}"
+        );
+        assert_eq!(b.mode() & 0o777, 0o444, "{rel:?}");
+        let (ok, _, err) = sh(&format!("cmp '{}' '{}'", real.display(), seen.display()));
+        assert!(ok, "cmp {rel:?}: {err}");
+    }
+    let tmp = m.path(&format!("steps/{A}/001/tools/toolu_1/output.json.tmp"));
+    assert_eq!(
+        std::fs::metadata(&tmp).unwrap_err().raw_os_error(),
+        Some(libc::ENOENT)
+    );
+}
+
+#[test]
+fn ordinary_tools_work() {
+    let w = workspace(Flavour::Litany);
+    let m = Mounted::new(w.f.root());
+    let mnt = m.mnt.display();
+    let (ok, out, err) = sh(&format!("find {mnt} -name output.json"));
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.trim(),
+        format!("{mnt}/steps/{A}/001/tools/toolu_1/output.json")
+    );
+    let (ok, out, _) = sh(&format!("grep -rl warn {mnt}/steps"));
+    assert!(ok);
+    assert_eq!(
+        out.trim(),
+        format!("{mnt}/steps/{A}/001/tools/toolu_1/output.json")
+    );
+    let (ok, out, _) = sh(&format!("cat {mnt}/names/Alpha/messages/001-user.md"));
+    assert!(ok);
+    assert_eq!(out, "hello\n");
+    let (ok, out, _) = sh(&format!("stat -c '%s %a %F' {mnt}/marks/returned/{A}"));
+    assert!(ok);
+    assert_eq!(out.trim(), "41 444 regular file");
+    let (ok, out, _) = sh(&format!("ls -l {mnt}/names"));
+    assert!(ok);
+    assert!(out.contains(&format!("Alpha -> ../agents/{A}")), "{out}");
+    let t = tempfile::tempdir().unwrap();
+    let (ok, _, err) = sh(&format!(
+        "cp -r {mnt}/steps {}/copy && cp -p {mnt}/agents/{A}/goal.md {}/",
+        t.path().display(),
+        t.path().display()
+    ));
+    assert!(ok, "{err}");
+    assert_eq!(
+        std::fs::read(t.path().join("goal.md")).unwrap(),
+        b"Do the thing.\n"
+    );
+    assert!(
+        t.path()
+            .join(format!("copy/{A}/001/tools/toolu_1/output.json"))
+            .exists()
+    );
+    let (ok, out, _) = sh(&format!(
+        "less -FX {mnt}/steps/{A}/driver.log < /dev/null | cat"
+    ));
+    assert!(ok);
+    assert_eq!(out, "log line\n");
+}
+
+#[test]
+fn inbox_shows_pending_deposits_only() {
+    let w = workspace(Flavour::Litany);
+    let m = Mounted::new(w.f.root());
+    assert_eq!(ls(&m.path("inbox")), [A]);
+    assert_eq!(ls(&m.path(&format!("inbox/{A}"))), ["user-001.md"]);
+    assert_eq!(
+        std::fs::read(m.path(&format!("inbox/{A}/user-001.md"))).unwrap(),
+        b"---\nfrom: user\ndeposited_at: 2026-12-02T09:42:51Z\n---\nfirst"
+    );
+}
+
+#[test]
+fn marks_agents_and_names() {
+    let w = workspace(Flavour::Litany);
+    let m = Mounted::new(w.f.root());
+    assert_eq!(ls(&m.path("marks")), ["cwd", "held", "returned"]);
+    assert_eq!(
+        std::fs::read(m.path(&format!("marks/cwd/{A}"))).unwrap(),
+        b"/srv/project"
+    );
+    let tip = w.f.agent_tip(A).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(m.path(&format!("marks/returned/{A}"))).unwrap(),
+        format!("{tip}\n")
+    );
+    assert_eq!(ls(&m.path("agents")), [A, B]);
+    assert_eq!(
+        ls(&m.path(&format!("agents/{A}"))),
+        ["goal.md", "messages", "name", "soul.md"]
+    );
+    assert_eq!(
+        std::fs::read_link(m.path("names/Beta")).unwrap(),
+        PathBuf::from(format!("../agents/{B}"))
+    );
+    assert_eq!(std::fs::read(m.path("names/Beta/name")).unwrap(), b"Beta\n");
+    // No worktree exists at all: agents/ is read from git.
+    assert!(!w.f.root().join("agents").exists());
+}
+
+#[test]
+fn lernie_workspaces_show_lernie_marks() {
+    let w = workspace(Flavour::Lernie);
+    let m = Mounted::new(w.f.root());
+    assert_eq!(ls(&m.path("marks")), ["cwd", "held", "returned"]);
+    assert_eq!(
+        std::fs::read(m.path(&format!("marks/cwd/{A}"))).unwrap(),
+        b"/srv/project"
+    );
+}
+
+#[test]
+fn clashing_names_are_left_out_and_logged() {
+    let w = workspace(Flavour::Litany);
+    w.f.agent(B, Some("Alpha"), &[]).unwrap();
+    let m = Mounted::new(w.f.root());
+    assert!(ls(&m.path("names")).is_empty());
+    assert!(
+        eventually(LIVE, || m.log_text().contains("names/Alpha: left out")),
+        "{}",
+        m.log_text()
+    );
+}
+
+#[test]
+fn changes_show_up_live() {
+    let w = workspace(Flavour::Litany);
+    let m = Mounted::new(w.f.root());
+    let f = &w.f;
+    // A new step, a new deposit, a drained deposit.
+    f.step(A, 2, &[("request.json", b"{}")]).unwrap();
+    assert!(eventually(LIVE, || m
+        .path(&format!("steps/{A}/002/request.json"))
+        .exists()));
+    f.inbox_file(A, "user-002.md", b"---\nsecond").unwrap();
+    assert!(eventually(LIVE, || ls(&m.path(&format!("inbox/{A}")))
+        == ["user-001.md", "user-002.md"]));
+    std::fs::rename(
+        f.inbox(A).join("user-001.md"),
+        f.root().join("delivered.md"),
+    )
+    .unwrap();
+    assert!(eventually(LIVE, || !m
+        .path(&format!("inbox/{A}/user-001.md"))
+        .exists()));
+    // An appended record.
+    let resp = f.step_dir(A, 1).join("response.json");
+    let mut h = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&resp)
+        .unwrap();
+    h.write_all(b"{\"type\":\"usage\"}\n").unwrap();
+    let want = std::fs::read(&resp).unwrap();
+    let seen = m.path(&format!("steps/{A}/001/response.json"));
+    assert!(eventually(LIVE, || std::fs::read(&seen).unwrap() == want));
+    // New and moved refs.
+    let tip = f
+        .agent(A, Some("Alpha"), &[("messages/002-x.md", b"2")])
+        .unwrap();
+    f.commit_mark("returned", A, tip).unwrap();
+    f.blob_mark("role", A, b"planner").unwrap();
+    assert!(eventually(LIVE, || std::fs::read_to_string(
+        m.path(&format!("marks/returned/{A}"))
+    )
+    .ok()
+        == Some(format!("{tip}\n"))));
+    assert!(eventually(LIVE, || std::fs::read(
+        m.path(&format!("marks/role/{A}"))
+    )
+    .ok()
+    .as_deref()
+        == Some(b"planner".as_slice())));
+    assert!(eventually(LIVE, || m
+        .path(&format!("agents/{A}/messages/002-x.md"))
+        .exists()));
+    f.delete_agent(B).unwrap();
+    assert!(eventually(LIVE, || ls(&m.path("agents")) == [A]));
+    assert!(eventually(LIVE, || !m.path("names/Beta").exists()));
+}
+
+#[test]
+fn tail_follows_a_growing_record() {
+    let w = workspace(Flavour::Litany);
+    let m = Mounted::new(w.f.root());
+    let resp = w.f.step_dir(A, 1).join("response.json");
+    let mut tail = Command::new("tail")
+        .args(["-n", "+1", "-f", "-s", "0.1"])
+        .arg(m.path(&format!("steps/{A}/001/response.json")))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(tail.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "{\"type\":\"end\"}");
+    let mut h = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&resp)
+        .unwrap();
+    for i in 0..3 {
+        writeln!(h, "{{\"line\":{i}}}").unwrap();
+        h.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for _ in 0..3 {
+            if let Some(Ok(l)) = lines.next() {
+                let _ = tx.send(l);
+            }
+        }
+    });
+    let got: Vec<String> = (0..3)
+        .filter_map(|_| rx.recv_timeout(Duration::from_secs(5)).ok())
+        .collect();
+    let _ = tail.kill();
+    let _ = tail.wait();
+    assert_eq!(got, ["{\"line\":0}", "{\"line\":1}", "{\"line\":2}"]);
+}
+
+#[test]
+fn inode_numbers_are_stable_and_names_reused_get_new_ones() {
+    let w = workspace(Flavour::Litany);
+    let m = Mounted::new(w.f.root());
+    let req = m.path(&format!("steps/{A}/001/request.json"));
+    let ino = std::fs::metadata(&req).unwrap().ino();
+    let _ = ls(&m.path(&format!("steps/{A}/001")));
+    assert_eq!(std::fs::metadata(&req).unwrap().ino(), ino);
+    let mark = m.path(&format!("marks/cwd/{A}"));
+    let mark_ino = std::fs::metadata(&mark).unwrap().ino();
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(std::fs::metadata(&mark).unwrap().ino(), mark_ino);
+    // Deliver user-001.md, then deposit a new user-001.md: a new file, a new number.
+    let dep = m.path(&format!("inbox/{A}/user-001.md"));
+    let first = std::fs::metadata(&dep).unwrap().ino();
+    std::fs::rename(
+        w.f.inbox(A).join("user-001.md"),
+        w.f.root().join("delivered.md"),
+    )
+    .unwrap();
+    w.f.inbox_file(A, "user-001.md", b"---\nanother").unwrap();
+    // Once the kernel's entry expires, the name resolves to the new file, with a new number.
+    assert!(eventually(LIVE, || std::fs::metadata(&dep)
+        .is_ok_and(|m| m.ino() != first)));
+    assert_eq!(std::fs::read(&dep).unwrap(), b"---\nanother");
+}
+
+#[test]
+fn every_change_is_refused_with_erofs() {
+    let w = workspace(Flavour::Litany);
+    let m = Mounted::new(w.f.root());
+    let file = m.path(&format!("steps/{A}/001/request.json"));
+    let dir = m.path(&format!("steps/{A}"));
+    let erofs = |r: std::io::Result<()>, what: &str| {
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EROFS), "{what}");
+    };
+    erofs(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&file)
+            .map(drop),
+        "open for write",
+    );
+    erofs(
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .map(drop),
+        "open for append",
+    );
+    erofs(std::fs::write(dir.join("new"), b"x"), "create");
+    erofs(
+        std::fs::write(m.path(&format!("inbox/{A}/note")), b"x"),
+        "create in inbox",
+    );
+    erofs(std::fs::remove_file(&file), "unlink");
+    erofs(std::fs::rename(&file, dir.join("moved")), "rename");
+    erofs(std::fs::create_dir(dir.join("d")), "mkdir");
+    erofs(
+        std::fs::remove_dir(m.path(&format!("steps/{A}/001/tools/toolu_1"))),
+        "rmdir",
+    );
+    erofs(std::os::unix::fs::symlink("x", dir.join("l")), "symlink");
+    erofs(std::fs::hard_link(&file, dir.join("h")), "link");
+    erofs(
+        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644)),
+        "chmod",
+    );
+    let c = std::ffi::CString::new(file.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: valid NUL-terminated path.
+    let r = unsafe { libc::truncate(c.as_ptr(), 0) };
+    erofs(
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        },
+        "truncate",
+    );
+    erofs(
+        std::fs::write(m.path(&format!("marks/cwd/{A}")), b"/elsewhere"),
+        "write a mark",
+    );
+    erofs(
+        std::fs::write(m.path(&format!("agents/{A}/goal.md")), b"new goal"),
+        "write agent content",
+    );
+    let (ok, _, err) = sh(&format!("touch {}", file.display()));
+    assert!(!ok && err.contains("Read-only file system"), "{err}");
+    assert_eq!(
+        std::fs::read(w.f.step_dir(A, 1).join("request.json")).unwrap(),
+        b"{\n  \"model\": \"m\"\n}"
+    );
+    assert!(
+        eventually(LIVE, || m.log_text().contains("read-only in this view")),
+        "{}",
+        m.log_text()
+    );
+}
+
+#[test]
+fn sigterm_unmounts_and_sigkill_leaves_a_mount_the_next_mount_heals() {
+    let w = workspace(Flavour::Litany);
+    let m = Mounted::new(w.f.root());
+    let pid = m.daemon_pid().expect("daemon pid");
+    // SAFETY: signalling the daemon this test started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert!(
+        eventually(Duration::from_secs(5), || !is_mounted(&m.mnt)),
+        "still mounted after SIGTERM"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || !alive(pid)),
+        "daemon still alive after SIGTERM"
+    );
+
+    let out = litanyfs(&[
+        "mount".as_ref(),
+        w.f.root().as_os_str(),
+        m.mnt.as_os_str(),
+        "--log-file".as_ref(),
+        m.log.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pid = m.daemon_pid().expect("daemon pid");
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert!(eventually(Duration::from_secs(5), || !alive(pid)));
+    let err = std::fs::read_dir(&m.mnt).unwrap_err();
+    assert!(
+        matches!(
+            err.raw_os_error(),
+            Some(libc::ENOTCONN | libc::ECONNABORTED)
+        ),
+        "{err}"
+    );
+    let out = litanyfs(&[
+        "mount".as_ref(),
+        w.f.root().as_os_str(),
+        m.mnt.as_os_str(),
+        "--log-file".as_ref(),
+        m.log.as_os_str(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("clearing a stale mount"), "{stderr}");
+    assert_eq!(ls(&m.mnt), ["agents", "inbox", "marks", "names", "steps"]);
+}
+
+#[test]
+fn unmount_command_ends_the_daemon() {
+    let w = workspace(Flavour::Litany);
+    let m = Mounted::new(w.f.root());
+    let pid = m.daemon_pid().expect("daemon pid");
+    let out = litanyfs(&["unmount".as_ref(), m.mnt.as_os_str()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!is_mounted(&m.mnt));
+    assert!(eventually(Duration::from_secs(5), || !alive(pid)));
+    assert!(ls(&m.mnt).is_empty());
+}
