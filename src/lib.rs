@@ -13,4 +13,5 @@ pub mod fs;
 pub mod mount;
 pub mod paging;
 pub mod tree;
+pub mod watch;
 pub mod workspace;

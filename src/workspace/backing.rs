@@ -118,6 +118,11 @@ impl Backing {
         Ok(unsafe { OwnedFd::from_raw_fd(r as libc::c_int) })
     }
 
+    /// An `O_PATH` descriptor on directory `rel`, resolved beneath the root.
+    pub fn open_path(&self, rel: &Path) -> io::Result<OwnedFd> {
+        self.openat2(rel, libc::O_PATH | libc::O_DIRECTORY)
+    }
+
     /// `lstat` of `rel`: the parent is resolved without symlinks, the last component is
     /// not followed.
     pub fn lstat(&self, rel: &Path) -> io::Result<Stat> {
