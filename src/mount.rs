@@ -406,6 +406,7 @@ fn serve(
     handle_signals(mnt.clone());
     let tree = Tree::new(workspace.clone()).map_err(|e| MountError::Daemon(e.to_string()))?;
     let fs = Fs::new(Arc::new(tree));
+    let invalidator = fs.invalidator();
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName(format!("litanyfs:{}", workspace.root().display())),
@@ -418,6 +419,7 @@ fn serve(
     config.clone_fd = true;
     let session = Session::new(fs, &mnt, &config)
         .map_err(|e| MountError::Io(format!("mounting {}", mnt.display()), e))?;
+    invalidator.spawn(session.notifier());
     let pipe = ready.take();
     let watched = mnt.clone();
     let started = std::thread::Builder::new()

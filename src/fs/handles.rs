@@ -1,26 +1,33 @@
 //! Open handles: what each `open`/`opendir` gave the kernel, until its release.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
+use fuser::BackingId;
 use parking_lot::Mutex;
 
 use crate::tree::{Child, Content};
 
 /// What a file handle number stands for.
 pub enum Handle {
-    /// An open file, read from its content.
-    File(Content),
-    /// A directory listing taken at `opendir`, so that offsets stay meaningful across
-    /// the several `readdir` calls one listing takes.
-    Dir(Arc<Vec<Child>>),
+    /// An open file, read from its content. `passthrough` keeps the kernel's reference
+    /// to the backing file alive while the handle is open (it is only held, never read).
+    File {
+        content: Content,
+        _passthrough: Option<Arc<BackingId>>,
+    },
+    /// A directory, listed at the first `readdir` (and again on a rewind) so that
+    /// offsets stay meaningful across the several calls one listing takes.
+    Dir(Mutex<Option<Arc<Vec<Child>>>>),
 }
 
 #[derive(Default)]
 pub struct Handles {
     next: AtomicU64,
     open: Mutex<HashMap<u64, Arc<Handle>>>,
+    /// One kernel backing id per inode at a time, shared by every handle open on it.
+    backing_ids: Mutex<HashMap<u64, Weak<BackingId>>>,
 }
 
 impl Handles {
@@ -36,5 +43,21 @@ impl Handles {
 
     pub fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
         self.open.lock().remove(&fh)
+    }
+
+    /// The backing id open for `ino`, or a new one from `make`.
+    pub fn backing_id(
+        &self,
+        ino: u64,
+        make: impl FnOnce() -> std::io::Result<BackingId>,
+    ) -> std::io::Result<Arc<BackingId>> {
+        let mut ids = self.backing_ids.lock();
+        if let Some(id) = ids.get(&ino).and_then(Weak::upgrade) {
+            return Ok(id);
+        }
+        let id = Arc::new(make()?);
+        ids.insert(ino, Arc::downgrade(&id));
+        ids.retain(|_, w| w.strong_count() > 0);
+        Ok(id)
     }
 }

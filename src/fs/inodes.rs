@@ -23,6 +23,9 @@ struct Slot {
 
 struct Inner {
     by_identity: HashMap<Identity, u64>,
+    /// The latest number each node (path) resolved to, for turning a change on disk into
+    /// the inode to invalidate.
+    by_node: HashMap<Node, u64>,
     slots: HashMap<u64, Slot>,
     next: u64,
 }
@@ -46,6 +49,7 @@ impl Default for InodeTable {
         Self {
             inner: Mutex::new(Inner {
                 by_identity: HashMap::from([(root, ROOT_INO)]),
+                by_node: HashMap::from([(Node::Root, ROOT_INO)]),
                 slots,
                 next: ROOT_INO + 1,
             }),
@@ -73,13 +77,18 @@ impl InodeTable {
         {
             slot.lookups += count;
             if slot.node != *node {
-                slot.node = node.clone();
+                let old = std::mem::replace(&mut slot.node, node.clone());
+                if inner.by_node.get(&old) == Some(&ino) {
+                    inner.by_node.remove(&old);
+                }
+                inner.by_node.insert(node.clone(), ino);
             }
             return ino;
         }
         let ino = inner.next;
         inner.next += 1;
         inner.by_identity.insert(identity.clone(), ino);
+        inner.by_node.insert(node.clone(), ino);
         inner.slots.insert(
             ino,
             Slot {
@@ -100,6 +109,22 @@ impl InodeTable {
             .map(|s| (s.node.clone(), s.identity.clone()))
     }
 
+    /// The number `node` last resolved to, if the kernel may still hold it.
+    pub fn ino_of(&self, node: &Node) -> Option<u64> {
+        self.inner.lock().by_node.get(node).copied()
+    }
+
+    /// Every backing node the table knows, for invalidating all of them at once.
+    pub fn backing_nodes(&self) -> Vec<(u64, Node)> {
+        let inner = self.inner.lock();
+        inner
+            .slots
+            .iter()
+            .filter(|(_, s)| matches!(s.node, Node::Backing(_)))
+            .map(|(ino, s)| (*ino, s.node.clone()))
+            .collect()
+    }
+
     /// The kernel forgot `n` lookups of `ino`; the entry goes when none remain.
     pub fn forget(&self, ino: u64, n: u64) {
         if ino == ROOT_INO {
@@ -115,6 +140,9 @@ impl InodeTable {
         };
         if gone && let Some(slot) = inner.slots.remove(&ino) {
             inner.by_identity.remove(&slot.identity);
+            if inner.by_node.get(&slot.node) == Some(&ino) {
+                inner.by_node.remove(&slot.node);
+            }
         }
     }
 }
@@ -137,7 +165,9 @@ mod tests {
         // Same file, new name: the same number, resolved through the new name.
         let renamed = Node::Backing("inbox/x/user-002.md".into());
         assert_eq!(t.lookup(&a, &renamed), first);
-        assert_eq!(t.get(first).map(|g| g.0), Some(renamed));
+        assert_eq!(t.get(first).map(|g| g.0), Some(renamed.clone()));
+        assert_eq!(t.ino_of(&renamed), Some(first));
+        assert_eq!(t.ino_of(&name), Some(second));
     }
 
     #[test]

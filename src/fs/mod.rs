@@ -16,24 +16,28 @@ use std::os::unix::fs::FileExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    INodeNo, InitFlags, KernelConfig, LockOwner, Notifier, OpenAccMode, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::tree::{Attr, Child, Content, Kind, Node, Tree, TreeError};
+use crate::watch::{Change, Watcher};
 use crate::workspace::backing;
 use handles::{Handle, Handles};
 use inodes::InodeTable;
 
-/// How long the kernel may trust a name or an attribute before asking again. Short, so
-/// that appended records and moved refs show within a second without invalidation.
-pub const ENTRY_TTL: Duration = Duration::from_millis(250);
-pub const ATTR_TTL: Duration = Duration::from_millis(250);
+/// How long the kernel may trust a name or attributes under a watched backing directory:
+/// long, because every change there is invalidated as it happens (see [`Invalidator`]).
+pub const WATCHED_TTL: Duration = Duration::from_secs(3600);
+/// How long it may trust everything else (git-derived nodes, the top level, directories
+/// that could not be watched): short, so that changes show within a second.
+pub const SHORT_TTL: Duration = Duration::from_millis(250);
 
 /// Kernel features asked for at `init`, each taken only if the kernel offers it.
 const WANTED: [InitFlags; 3] = [
@@ -45,12 +49,26 @@ const WANTED: [InitFlags; 3] = [
     InitFlags::FUSE_PARALLEL_DIROPS,
 ];
 
-pub struct Fs {
+/// The adapter's state, shared by the request threads and the [`Invalidator`].
+pub struct State {
     tree: Arc<Tree>,
     inodes: InodeTable,
     handles: Handles,
+    watcher: Option<Watcher>,
+    passthrough: AtomicBool,
     uid: u32,
     gid: u32,
+}
+
+pub struct Fs {
+    state: Arc<State>,
+}
+
+impl std::ops::Deref for Fs {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.state
+    }
 }
 
 /// Runs a handler, answering EIO (through the dropped reply) if it panics.
@@ -86,12 +104,59 @@ impl Fs {
     pub fn new(tree: Arc<Tree>) -> Self {
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let watcher = match Watcher::new(&tree.workspace().repo_dir()) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                log::warn!("inotify unavailable ({e}); everything is re-read at short intervals");
+                None
+            }
+        };
         Self {
-            tree,
-            inodes: InodeTable::default(),
-            handles: Handles::default(),
-            uid,
-            gid,
+            state: Arc::new(State {
+                tree,
+                inodes: InodeTable::default(),
+                handles: Handles::default(),
+                watcher,
+                passthrough: AtomicBool::new(false),
+                uid,
+                gid,
+            }),
+        }
+    }
+
+    /// The part that turns changes on disk into kernel invalidations; start it with the
+    /// session's notifier once the session exists.
+    pub fn invalidator(&self) -> Invalidator {
+        Invalidator {
+            state: self.state.clone(),
+        }
+    }
+}
+
+impl State {
+    /// Watches backing directory `node` before anything in it is answered.
+    fn watch(&self, node: &Node) {
+        if let (Node::Backing(rel), Some(w)) = (node, &self.watcher) {
+            w.watch_backing(self.tree.backing(), rel);
+        }
+    }
+
+    fn watched(&self, rel: &Path) -> bool {
+        self.watcher.as_ref().is_some_and(|w| w.is_watched(rel))
+    }
+
+    /// How long the kernel may keep `node`'s name and attributes: long only when every
+    /// change to them is reported, i.e. its directory (and, for a directory, itself) is
+    /// watched.
+    fn ttl(&self, node: &Node, attr: &Attr) -> Duration {
+        let Node::Backing(rel) = node else {
+            return SHORT_TTL;
+        };
+        let parent_watched = rel.parent().is_some_and(|p| self.watched(p));
+        if parent_watched && (attr.kind != Kind::Dir || self.watched(rel)) {
+            WATCHED_TTL
+        } else {
+            SHORT_TTL
         }
     }
 
@@ -149,7 +214,25 @@ impl Fs {
 
     fn list(&self, ino: INodeNo) -> Result<Arc<Vec<Child>>, TreeError> {
         let node = self.node(ino)?;
+        self.watch(&node);
         Ok(Arc::new(self.tree.list(&node)?))
+    }
+
+    /// The listing behind a directory handle: taken at the first read, and again when
+    /// the reader rewinds to the start.
+    fn listing(&self, ino: INodeNo, h: &Handle, offset: u64) -> Result<Arc<Vec<Child>>, TreeError> {
+        let Handle::Dir(cell) = h else {
+            return Err(TreeError::NotDir(format!("inode {}", ino.0)));
+        };
+        let mut cell = cell.lock();
+        match cell.as_ref() {
+            Some(children) if offset != 0 => Ok(children.clone()),
+            _ => {
+                let children = self.list(ino)?;
+                *cell = Some(children.clone());
+                Ok(children)
+            }
+        }
     }
 }
 
@@ -160,16 +243,37 @@ impl Filesystem for Fs {
                 log::info!("kernel does not offer {missing:?}; going without");
             }
         }
+        // Passthrough lets the kernel read plain records straight from the backing file.
+        // The mount stacks on one filesystem, so a depth of 2 covers a backing tree that
+        // is itself stacked once (overlayfs).
+        let passthrough = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+            && config.set_max_stack_depth(2).is_ok();
+        self.passthrough.store(passthrough, Ordering::Relaxed);
+        log::info!(
+            "record reads: {}",
+            if passthrough {
+                "kernel passthrough"
+            } else {
+                "served by the daemon (no passthrough in this kernel)"
+            }
+        );
         Ok(())
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         guarded("lookup", || {
-            let found = self.node(parent).and_then(|p| self.tree.lookup(&p, name));
+            let found = self.node(parent).and_then(|p| {
+                self.watch(&p);
+                self.tree.lookup(&p, name)
+            });
             match found {
                 Ok((node, attr)) => {
+                    if attr.kind == Kind::Dir {
+                        self.watch(&node);
+                    }
                     let ino = self.inodes.lookup(&attr.identity, &node);
-                    reply.entry(&ENTRY_TTL, &self.fuse_attr(ino, &attr), Generation(0));
+                    let ttl = self.ttl(&node, &attr);
+                    reply.entry(&ttl, &self.fuse_attr(ino, &attr), Generation(0));
                 }
                 Err(e) => reply.error(refuse("lookup", &e)),
             }
@@ -185,12 +289,19 @@ impl Filesystem for Fs {
             // An open backing file answers for itself: `tail -f` polls fstat on its fd,
             // and a file renamed away under an open fd is still that file.
             if let Some(h) = fh.and_then(|fh| self.handles.get(fh.0))
-                && let Handle::File(Content::File(f)) = &*h
+                && let Handle::File {
+                    content: Content::File(f),
+                    ..
+                } = &*h
             {
                 match backing::fstat(f) {
                     Ok(st) => {
                         let attr = self.tree.backing_attr(&st);
-                        return reply.attr(&ATTR_TTL, &self.fuse_attr(ino.0, &attr));
+                        let ttl = self
+                            .node(ino)
+                            .map(|n| self.ttl(&n, &attr))
+                            .unwrap_or(SHORT_TTL);
+                        return reply.attr(&ttl, &self.fuse_attr(ino.0, &attr));
                     }
                     Err(e) => {
                         let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
@@ -199,7 +310,13 @@ impl Filesystem for Fs {
                 }
             }
             match self.attr(ino) {
-                Ok(attr) => reply.attr(&ATTR_TTL, &self.fuse_attr(ino.0, &attr)),
+                Ok(attr) => {
+                    let ttl = self
+                        .node(ino)
+                        .map(|n| self.ttl(&n, &attr))
+                        .unwrap_or(SHORT_TTL);
+                    reply.attr(&ttl, &self.fuse_attr(ino.0, &attr))
+                }
                 Err(e) => reply.error(refuse("getattr", &e)),
             }
         })
@@ -234,8 +351,43 @@ impl Filesystem for Fs {
                 {
                     reply.error(refuse("open", &TreeError::NotFound(node.path())))
                 }
+                Ok(Content::File(f)) => {
+                    // Pages of a watched record stay cached across opens: every change
+                    // to it is invalidated as it happens.
+                    let keep = match self.attr(ino) {
+                        Ok(a) if self.ttl(&node, &a) == WATCHED_TTL => FopenFlags::FOPEN_KEEP_CACHE,
+                        _ => FopenFlags::empty(),
+                    };
+                    let id = if self.passthrough.load(Ordering::Relaxed) {
+                        match self.handles.backing_id(ino.0, || reply.open_backing(&f)) {
+                            Ok(id) => Some(id),
+                            Err(e) => {
+                                log::warn!(
+                                    "{}: passthrough refused ({e}); serving reads",
+                                    node.path()
+                                );
+                                None
+                            }
+                        }
+                    } else {
+                        None
+                    };
+                    let fh = self.handles.insert(Handle::File {
+                        content: Content::File(f),
+                        _passthrough: id.clone(),
+                    });
+                    match id {
+                        Some(id) => {
+                            reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id)
+                        }
+                        None => reply.opened(FileHandle(fh), keep),
+                    }
+                }
                 Ok(content) => {
-                    let fh = self.handles.insert(Handle::File(content));
+                    let fh = self.handles.insert(Handle::File {
+                        content,
+                        _passthrough: None,
+                    });
                     reply.opened(FileHandle(fh), FopenFlags::empty());
                 }
                 Err(e) => reply.error(refuse("open", &e)),
@@ -259,7 +411,10 @@ impl Filesystem for Fs {
                 return reply.error(Errno::EBADF);
             };
             match &*h {
-                Handle::File(Content::File(f)) => {
+                Handle::File {
+                    content: Content::File(f),
+                    ..
+                } => {
                     let mut buf = vec![0u8; size as usize];
                     let mut filled = 0;
                     while filled < buf.len() {
@@ -275,7 +430,10 @@ impl Filesystem for Fs {
                     }
                     reply.data(&buf[..filled]);
                 }
-                Handle::File(Content::Bytes(b)) => {
+                Handle::File {
+                    content: Content::Bytes(b),
+                    ..
+                } => {
                     let start = (offset as usize).min(b.len());
                     let end = start.saturating_add(size as usize).min(b.len());
                     reply.data(&b[start..end]);
@@ -315,10 +473,19 @@ impl Filesystem for Fs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        guarded("opendir", || match self.list(ino) {
-            Ok(children) => {
-                let fh = self.handles.insert(Handle::Dir(children));
-                reply.opened(FileHandle(fh), FopenFlags::empty());
+        guarded("opendir", || match self.node(ino) {
+            Ok(node) => {
+                self.watch(&node);
+                // A watched directory's listing may stay in the kernel's cache: any change
+                // to its entries invalidates the directory.
+                let cache = match &node {
+                    Node::Backing(rel) if self.watched(rel) => {
+                        FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+                    }
+                    _ => FopenFlags::empty(),
+                };
+                let fh = self.handles.insert(Handle::Dir(Default::default()));
+                reply.opened(FileHandle(fh), cache);
             }
             Err(e) => reply.error(refuse("opendir", &e)),
         })
@@ -336,8 +503,9 @@ impl Filesystem for Fs {
             let Some(h) = self.handles.get(fh.0) else {
                 return reply.error(Errno::EBADF);
             };
-            let Handle::Dir(children) = &*h else {
-                return reply.error(Errno::ENOTDIR);
+            let children = match self.listing(ino, &h, offset) {
+                Ok(c) => c,
+                Err(e) => return reply.error(refuse("readdir", &e)),
             };
             // Offsets: 1 is ".", 2 is "..", 3 + i is children[i].
             let mut next = offset;
@@ -372,8 +540,9 @@ impl Filesystem for Fs {
             let Some(h) = self.handles.get(fh.0) else {
                 return reply.error(Errno::EBADF);
             };
-            let Handle::Dir(children) = &*h else {
-                return reply.error(Errno::ENOTDIR);
+            let children = match self.listing(ino, &h, offset) {
+                Ok(c) => c,
+                Err(e) => return reply.error(refuse("readdir", &e)),
             };
             let self_attr = match self.attr(ino) {
                 Ok(a) => self.fuse_attr(ino.0, &a),
@@ -383,20 +552,15 @@ impl Filesystem for Fs {
             while next < 2 + children.len() as u64 {
                 let full = match next {
                     // The kernel counts no lookup for "." and "..".
-                    0 => reply.add(ino, 1, ".", &ENTRY_TTL, &self_attr, Generation(0)),
-                    1 => reply.add(ino, 2, "..", &ENTRY_TTL, &self_attr, Generation(0)),
+                    0 => reply.add(ino, 1, ".", &SHORT_TTL, &self_attr, Generation(0)),
+                    1 => reply.add(ino, 2, "..", &SHORT_TTL, &self_attr, Generation(0)),
                     n => {
                         let c = &children[(n - 2) as usize];
                         let child = self.inodes.peek_or_insert(&c.attr.identity, &c.node);
                         let attr = self.fuse_attr(child, &c.attr);
-                        let full = reply.add(
-                            INodeNo(child),
-                            n + 1,
-                            &c.name,
-                            &ENTRY_TTL,
-                            &attr,
-                            Generation(0),
-                        );
+                        let ttl = self.ttl(&c.node, &c.attr);
+                        let full =
+                            reply.add(INodeNo(child), n + 1, &c.name, &ttl, &attr, Generation(0));
                         if !full {
                             // The entry reached the kernel, which now counts a lookup.
                             self.inodes.lookup(&c.attr.identity, &c.node);
@@ -627,4 +791,91 @@ fn statvfs(path: &Path) -> std::io::Result<libc::statvfs> {
     }
     // SAFETY: statvfs succeeded and filled `s`.
     Ok(unsafe { s.assume_init() })
+}
+
+/// Turns the watcher's changes into kernel invalidations, on a thread of its own: an
+/// invalidation sent from inside a request handler can deadlock against the kernel.
+pub struct Invalidator {
+    state: Arc<State>,
+}
+
+impl Invalidator {
+    pub fn spawn(self, notifier: Notifier) {
+        if self.state.watcher.is_none() {
+            return;
+        }
+        let started = std::thread::Builder::new()
+            .name("invalidate".into())
+            .spawn(move || self.run(notifier));
+        if let Err(e) = started {
+            log::error!("could not start the invalidation thread: {e}");
+        }
+    }
+
+    fn run(self, notifier: Notifier) {
+        let Some(watcher) = self.state.watcher.as_ref() else {
+            return;
+        };
+        loop {
+            let changes = match watcher.read_changes() {
+                Ok(c) => c,
+                Err(e) => {
+                    log::error!("inotify read failed ({e}); invalidation stops");
+                    return;
+                }
+            };
+            for change in changes {
+                self.apply(&notifier, change);
+            }
+        }
+    }
+
+    fn apply(&self, n: &Notifier, change: Change) {
+        let inodes = &self.state.inodes;
+        // ENOENT from the kernel only means it had nothing cached; other failures mean the
+        // session is going away.
+        let quiet = |r: std::io::Result<()>| {
+            if let Err(e) = r
+                && e.raw_os_error() != Some(libc::ENOENT)
+            {
+                log::debug!("invalidation: {e}");
+            }
+        };
+        match change {
+            Change::Entry { dir, name } => {
+                let dir_node = Node::Backing(dir.clone());
+                if let Some(d) = inodes.ino_of(&dir_node) {
+                    quiet(n.inval_entry(INodeNo(d), &name));
+                    quiet(n.inval_inode(INodeNo(d), 0, 0));
+                }
+                if let Some(c) = inodes.ino_of(&Node::Backing(dir.join(&name))) {
+                    quiet(n.inval_inode(INodeNo(c), 0, 0));
+                }
+            }
+            Change::Gone(dir) => {
+                if let Some(d) = inodes.ino_of(&Node::Backing(dir.clone())) {
+                    quiet(n.inval_inode(INodeNo(d), 0, 0));
+                }
+                if let (Some(parent), Some(name)) = (dir.parent(), dir.file_name())
+                    && let Some(p) = inodes.ino_of(&Node::Backing(parent.to_path_buf()))
+                {
+                    quiet(n.inval_entry(INodeNo(p), name));
+                }
+            }
+            Change::Refs => self.state.tree.refs().invalidate(),
+            Change::Overflow => {
+                log::warn!("inotify queue overflowed; invalidating every cached record");
+                self.state.tree.refs().invalidate();
+                for (ino, node) in inodes.backing_nodes() {
+                    quiet(n.inval_inode(INodeNo(ino), 0, 0));
+                    if let Node::Backing(rel) = &node
+                        && let (Some(parent), Some(name)) = (rel.parent(), rel.file_name())
+                        && let Some(p) = inodes.ino_of(&Node::Backing(parent.to_path_buf()))
+                    {
+                        quiet(n.inval_entry(INodeNo(p), name));
+                    }
+                }
+            }
+        }
+    }
 }

@@ -134,6 +134,11 @@ impl Tree {
         &self.refs
     }
 
+    /// The confined access to the backing tree (for watching its directories).
+    pub fn backing(&self) -> &Backing {
+        &self.backing
+    }
+
     fn snapshot(&self) -> Result<Arc<Snapshot>, TreeError> {
         let snap = self
             .refs
