@@ -1,0 +1,291 @@
+"""litanyfs benchmarks: each figure is measured against its anchor in the same run.
+
+Run through scripts/bench (which builds the release binary first). Every mount made here
+is unmounted on the way out, even when a measurement fails.
+"""
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / "target" / "release" / "litanyfs"
+OUT = ROOT / "target" / "bench"
+MOUNTS = []
+ROWS = []
+
+
+def row(name, value, anchor, ratio, target, unit="", note=""):
+    met = None if target is None else target(ratio)
+    ROWS.append(
+        {
+            "figure": name,
+            "litanyfs": value,
+            "anchor": anchor,
+            "ratio": ratio,
+            "unit": unit,
+            "target_met": met,
+            "note": note,
+        }
+    )
+    mark = {True: "met", False: "NOT MET", None: "-"}[met]
+    print(f"  {name}: {value}{unit} vs {anchor}{unit} (ratio {ratio}) [{mark}] {note}", flush=True)
+
+
+def sh(*args, **kw):
+    return subprocess.run(args, check=True, capture_output=True, text=True, **kw)
+
+
+def mount(ws, mnt, *extra):
+    mnt.mkdir(parents=True, exist_ok=True)
+    log = mnt.parent / (mnt.name + ".log")
+    sh(str(BIN), "mount", str(ws), str(mnt), "--log-file", str(log), *extra)
+    MOUNTS.append(mnt)
+    return log
+
+
+def unmount(mnt):
+    subprocess.run([str(BIN), "unmount", str(mnt)], capture_output=True)
+    if mnt in MOUNTS:
+        MOUNTS.remove(mnt)
+    time.sleep(0.2)
+
+
+def daemon_pid(mnt):
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            args = (p / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if args and args[0].endswith(b"litanyfs") and b"--foreground" in args and str(mnt).encode() in args:
+            return int(p.name)
+    return None
+
+
+def peak_rss_mib(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return None
+
+
+def drop_caches():
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def git(ws, *args, input=None):
+    return subprocess.run(
+        ["git", "--git-dir", str(ws / "repo.git"), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        input=input,
+    ).stdout.strip()
+
+
+def make_workspace(ws, agents, steps, refs_per_agent=1):
+    """A workspace with `agents` agents of `steps` steps each, and marks."""
+    (ws / "repo.git").mkdir(parents=True)
+    git(ws, "init", "--bare", "-q", "-b", "config/default")
+    blob = git(ws, "hash-object", "-w", "--stdin", input="Do the thing.\n")
+    tree = git(ws, "mktree", input=f"100644 blob {blob}\tgoal.md\n")
+    env = dict(os.environ, GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@b", GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@b")
+    commit = subprocess.run(
+        ["git", "--git-dir", str(ws / "repo.git"), "commit-tree", tree, "-m", "dispatch: worker"],
+        check=True, capture_output=True, text=True, env=env,
+    ).stdout.strip()
+    kinds = ["returned", "notify", "abandoned", "conflicted", "budget-exhausted", "workflow"]
+    lines = []
+    ids = [f"20261202T{a // 3600:02d}{a // 60 % 60:02d}{a % 60:02d}Z-{a:08x}" for a in range(agents)]
+    for i, aid in enumerate(ids):
+        lines.append(f"update refs/heads/agents/{aid} {commit}")
+        for k in range(refs_per_agent):
+            lines.append(f"update refs/litany/{kinds[k % len(kinds)]}/{aid} {commit}")
+    git(ws, "update-ref", "--stdin", input="\n".join(lines) + "\n")
+    record = b'{\n  "model": "m"\n}'
+    for aid in ids:
+        for s in range(1, steps + 1):
+            d = ws / "steps" / aid / f"{s:03d}"
+            (d / "tools" / "toolu_1").mkdir(parents=True)
+            for name in ("request.json", "response.json", "meta.json", "stderr.log"):
+                (d / name).write_bytes(record)
+            (d / "tools" / "toolu_1" / "output.json").write_bytes(record)
+        (ws / "steps" / aid).mkdir(parents=True, exist_ok=True)
+        (ws / "steps" / aid / "driver.log").write_bytes(b"")
+        (ws / "inbox" / aid).mkdir(parents=True)
+    return ids
+
+
+def walk(root):
+    n = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.lstat(os.path.join(dirpath, name))
+            n += 1
+    return n
+
+
+def timed(f, *a):
+    t = time.perf_counter()
+    r = f(*a)
+    return time.perf_counter() - t, r
+
+
+def read_all(path, bs=1 << 20):
+    n = 0
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            b = f.read(bs)
+            if not b:
+                return n
+            n += len(b)
+
+
+def bench_sequential(tmp):
+    print("1. sequential read of a 256 MiB response.json, warm", flush=True)
+    ws = tmp / "seq"
+    make_workspace(ws, 1, 1)
+    aid = next((ws / "steps").iterdir()).name
+    big = ws / "steps" / aid / "001" / "response.json"
+    with open(big, "wb") as f:
+        line = (b'{"type":"content_delta","index":0,"delta":{"text_delta":"' + b"x" * 200 + b'"}}\n')
+        for _ in range((256 << 20) // len(line) + 1):
+            f.write(line)
+        f.truncate(256 << 20)
+    mnt = tmp / "seq-mnt"
+    log = mount(ws, mnt)
+    via = mnt / "steps" / aid / "001" / "response.json"
+    read_all(big), read_all(via)  # warm both
+    nat, mnt_t = [], []
+    for _ in range(5):
+        nat.append(timed(read_all, big)[0])
+        mnt_t.append(timed(read_all, via)[0])
+    n = statistics.median(nat)
+    m = statistics.median(mnt_t)
+    path = "passthrough" if "kernel passthrough" in log.read_text() else "daemon reads"
+    row("sequential read MiB/s", round(256 / m), round(256 / n), round(n / m, 3), lambda r: r >= 0.95, " MiB/s", f"path: {path}")
+    unmount(mnt)
+
+
+def bench_walk(tmp):
+    print("2. os.walk + lstat of 200 agents x 40 steps", flush=True)
+    ws = tmp / "walk"
+    make_workspace(ws, 200, 40)
+    native = ws / "steps"
+    walk(native)
+    nat = statistics.median(timed(walk, native)[0] for _ in range(3))
+    count = walk(native)
+    mnt = tmp / "walk-mnt"
+    mount(ws, mnt)
+    cold, n2 = timed(walk, mnt / "steps")
+    assert n2 == count, (n2, count)
+    warm = statistics.median(timed(walk, mnt / "steps")[0] for _ in range(3))
+    pid = daemon_pid(mnt)
+    row(f"cold walk of {count} entries, s", round(cold, 3), round(nat, 3), round(cold / nat, 2), lambda r: r <= 2.0, " s")
+    row("warm walk, s", round(warm, 3), round(nat, 3), round(warm / nat, 2), lambda r: r <= 1.2, " s")
+    rss = peak_rss_mib(pid) if pid else None
+    row("daemon peak RSS after the walk", rss, 100, None if rss is None else round(rss / 100, 2), lambda r: r is not None and r <= 1.0, " MiB")
+    # Liveness: an append in the backing tree, seen through the mount.
+    aid = next((ws / "steps").iterdir()).name
+    backing = ws / "steps" / aid / "001" / "response.json"
+    seen = mnt / "steps" / aid / "001" / "response.json"
+    delays = []
+    for i in range(20):
+        want = os.path.getsize(seen) + 10
+        t = time.perf_counter()
+        with open(backing, "ab") as f:
+            f.write(b"0123456789")
+        while os.path.getsize(seen) < want:
+            if time.perf_counter() - t > 5:
+                break
+            time.sleep(0.0005)
+        delays.append(time.perf_counter() - t)
+    d = statistics.median(delays) * 1000
+    row("append visible after, ms (median of 20)", round(d, 2), 1000, round(d / 1000, 4), lambda r: r <= 1.0, " ms", f"max {round(max(delays) * 1000, 2)} ms")
+    unmount(mnt)
+
+
+def bench_refs(tmp):
+    print("6. marks/ and agents/ with 1,000 agents and 5,000 refs", flush=True)
+    ws = tmp / "refs"
+    make_workspace(ws, 1000, 0, refs_per_agent=5)
+    mnt = tmp / "refs-mnt"
+    mount(ws, mnt)
+
+    def list_all():
+        n = len(os.listdir(mnt / "agents"))
+        for k in os.listdir(mnt / "marks"):
+            n += len(os.listdir(mnt / "marks" / k))
+        return n
+
+    first, n = timed(list_all)
+    cached = statistics.median(timed(list_all)[0] for _ in range(5))
+    git_t = statistics.median(timed(git, ws, "for-each-ref", "--format=%(refname)")[0] for _ in range(3))
+    row(f"list agents+marks ({n} entries), cached, s", round(cached, 4), round(git_t, 4), round(cached / git_t, 2), None, " s", f"first listing {round(first, 4)} s; anchor: git for-each-ref")
+    aid = os.listdir(mnt / "agents")[0]
+    head = git(ws, "rev-parse", f"refs/heads/agents/{aid}")
+    git(ws, "update-ref", f"refs/litany/role/{aid}", head)
+    t = time.perf_counter()
+    while not (mnt / "marks" / "role" / aid).exists():
+        if time.perf_counter() - t > 5:
+            break
+        time.sleep(0.001)
+    row("new ref visible after, ms", round((time.perf_counter() - t) * 1000, 1), 1000, None, None, " ms")
+    unmount(mnt)
+
+
+def main():
+    OUT.mkdir(parents=True, exist_ok=True)
+    only = set(sys.argv[1:])
+    tmp = Path(tempfile.mkdtemp(prefix="litanyfs-bench-"))
+    started = time.time()
+    try:
+        for name, f in [("seq", bench_sequential), ("walk", bench_walk), ("refs", bench_refs)]:
+            if only and name not in only:
+                continue
+            try:
+                f(tmp)
+            except Exception as e:  # report and go on with the other figures
+                print(f"  {name}: FAILED: {e!r}", flush=True)
+                ROWS.append({"figure": name, "error": repr(e)})
+    finally:
+        for m in list(MOUNTS):
+            unmount(m)
+        shutil.rmtree(tmp, ignore_errors=True)
+    result = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{os.cpu_count()} cores, {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, {platform.release()}",
+        "seconds": round(time.time() - started, 1),
+        "rows": ROWS,
+    }
+    (OUT / "latest.json").write_text(json.dumps(result, indent=2))
+    (OUT / f"bench-{time.strftime('%Y%m%dT%H%M%S')}.json").write_text(json.dumps(result, indent=2))
+    print(f"\n{result['date']} on {result['machine']}, {result['seconds']} s")
+    print("| figure | litanyfs | anchor | ratio | target |")
+    print("|---|---|---|---|---|")
+    for r in ROWS:
+        if "error" in r:
+            print(f"| {r['figure']} | failed: {r['error']} | | | |")
+            continue
+        mark = {True: "met", False: "**not met**", None: "-"}[r["target_met"]]
+        print(f"| {r['figure']} | {r['litanyfs']}{r['unit']} | {r['anchor']}{r['unit']} | {r['ratio']} | {mark} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
