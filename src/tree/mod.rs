@@ -214,6 +214,17 @@ impl Tree {
     /// The attributes of `node` as it is now; `NotFound` when it no longer exists.
     pub fn getattr(&self, node: &Node) -> Result<Attr, TreeError> {
         match node {
+            Node::MarkKind(_) | Node::Mark { .. } | Node::Agent { .. } | Node::Name(_) => {
+                self.attr_in(&*self.snapshot()?, node)
+            }
+            _ => self.attr_in(&Snapshot::default(), node),
+        }
+    }
+
+    /// The attributes of `node`, with git-derived nodes answered from `snap` (so that a
+    /// listing reads the refs once, not once per entry).
+    fn attr_in(&self, snap: &Snapshot, node: &Node) -> Result<Attr, TreeError> {
+        match node {
             Node::Root | Node::MarksRoot | Node::AgentsRoot | Node::NamesRoot => {
                 Ok(self.virtual_attr(node, Kind::Dir, 0, self.born))
             }
@@ -228,7 +239,6 @@ impl Tree {
                 Ok(self.backing_attr(&st))
             }
             Node::MarkKind(kind) => {
-                let snap = self.snapshot()?;
                 if !snap.marks.contains_key(kind) {
                     return Err(TreeError::NotFound(node.path()));
                 }
@@ -238,9 +248,8 @@ impl Tree {
                 Ok(self.virtual_attr(node, Kind::Dir, 0, mtime.unwrap_or(self.born)))
             }
             Node::Mark { kind, id } => {
-                let snap = self.snapshot()?;
                 let oid =
-                    mark_target(&snap, kind, id).ok_or_else(|| TreeError::NotFound(node.path()))?;
+                    mark_target(snap, kind, id).ok_or_else(|| TreeError::NotFound(node.path()))?;
                 let (otype, size) = self
                     .refs
                     .header(oid)
@@ -255,7 +264,6 @@ impl Tree {
                 Ok(self.virtual_attr(node, Kind::File, size, mtime))
             }
             Node::Agent { id, path } => {
-                let snap = self.snapshot()?;
                 let tip = *snap
                     .agents
                     .get(id)
@@ -273,7 +281,6 @@ impl Tree {
                 self.git_attr(node, entry, mtime)
             }
             Node::Name(name) => {
-                let snap = self.snapshot()?;
                 let id = snap
                     .names
                     .get(name)
@@ -398,7 +405,7 @@ impl Tree {
             Node::MarksRoot => {
                 let snap = self.snapshot()?;
                 for kind in snap.marks.keys() {
-                    self.push_virtual(&mut out, Node::MarkKind(kind.clone()), kind);
+                    self.push_virtual(&snap, &mut out, Node::MarkKind(kind.clone()), kind);
                 }
             }
             Node::MarkKind(kind) => {
@@ -412,7 +419,7 @@ impl Tree {
                         kind: kind.clone(),
                         id: id.clone(),
                     };
-                    self.push_virtual(&mut out, child, id);
+                    self.push_virtual(&snap, &mut out, child, id);
                 }
             }
             Node::AgentsRoot => {
@@ -422,7 +429,7 @@ impl Tree {
                         id: id.clone(),
                         path: Vec::new(),
                     };
-                    self.push_virtual(&mut out, child, id);
+                    self.push_virtual(&snap, &mut out, child, id);
                 }
             }
             Node::Agent { id, path } => {
@@ -468,7 +475,7 @@ impl Tree {
             Node::NamesRoot => {
                 let snap = self.snapshot()?;
                 for name in snap.names.keys() {
-                    self.push_virtual(&mut out, Node::Name(name.clone()), name);
+                    self.push_virtual(&snap, &mut out, Node::Name(name.clone()), name);
                 }
             }
             Node::Mark { .. } | Node::Name(_) => return Err(TreeError::NotDir(node.path())),
@@ -477,8 +484,8 @@ impl Tree {
     }
 
     /// Adds `node` to a listing unless it vanished between the snapshot and its stat.
-    fn push_virtual(&self, out: &mut Vec<Child>, node: Node, name: &str) {
-        match self.getattr(&node) {
+    fn push_virtual(&self, snap: &Snapshot, out: &mut Vec<Child>, node: Node, name: &str) {
+        match self.attr_in(snap, &node) {
             Ok(attr) => out.push(Child {
                 name: name.into(),
                 node,

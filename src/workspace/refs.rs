@@ -7,7 +7,7 @@
 //! trusted for longer than [`SNAPSHOT_MAX_AGE`], which bounds staleness even when two
 //! updates land within one timestamp tick. Git objects are immutable and read on demand.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -25,8 +25,9 @@ pub const NAME_FILE: &str = "name";
 pub const SNAPSHOT_MAX_AGE: Duration = Duration::from_millis(500);
 
 /// Which engine wrote the workspace; it decides the mark root (CONTRACT §7).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Flavour {
+    #[default]
     Litany,
     Lernie,
 }
@@ -53,7 +54,7 @@ impl Flavour {
 }
 
 /// Everything the view needs from the refs at one moment.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// Agent id → branch tip.
     pub agents: BTreeMap<String, Oid>,
@@ -109,11 +110,23 @@ struct Cached {
     snapshot: Arc<Snapshot>,
 }
 
+/// How many object headers and commit times are remembered. Objects never change, so
+/// the cache needs no invalidation, only a bound; past it, it starts over.
+pub const OBJECT_CACHE_ENTRIES: usize = 65_536;
+
+/// What is remembered about an object.
+#[derive(Debug, Clone, Copy)]
+enum ObjectInfo {
+    Header(ObjectType, u64),
+    CommitTime(SystemTime),
+}
+
 /// The workspace's `repo.git`, opened once and shared by the request threads.
 pub struct Refs {
     repo_dir: PathBuf,
     repo: Mutex<Repository>,
     cache: Mutex<Option<Cached>>,
+    objects: Mutex<HashMap<(Oid, bool), ObjectInfo>>,
 }
 
 impl Refs {
@@ -126,6 +139,7 @@ impl Refs {
             repo_dir: repo_dir.to_path_buf(),
             repo: Mutex::new(repo),
             cache: Mutex::new(None),
+            objects: Mutex::new(HashMap::new()),
         })
     }
 
@@ -277,11 +291,25 @@ impl Refs {
             .collect())
     }
 
+    fn remember(&self, key: (Oid, bool), info: ObjectInfo) {
+        let mut objects = self.objects.lock();
+        if objects.len() >= OBJECT_CACHE_ENTRIES {
+            objects.clear();
+        }
+        objects.insert(key, info);
+    }
+
     /// An object's type and size, read from its header only.
     pub fn header(&self, oid: Oid) -> Result<(ObjectType, u64), GitError> {
-        let repo = self.repo.lock();
-        let odb = git(|| "open odb".into(), repo.odb())?;
-        let (size, kind) = git(|| format!("header {oid}"), odb.read_header(oid))?;
+        if let Some(ObjectInfo::Header(kind, size)) = self.objects.lock().get(&(oid, false)) {
+            return Ok((*kind, *size));
+        }
+        let (size, kind) = {
+            let repo = self.repo.lock();
+            let odb = git(|| "open odb".into(), repo.odb())?;
+            git(|| format!("header {oid}"), odb.read_header(oid))?
+        };
+        self.remember((oid, false), ObjectInfo::Header(kind, size as u64));
         Ok((kind, size as u64))
     }
 
@@ -293,10 +321,17 @@ impl Refs {
 
     /// The committer time of a commit, used as the mtime of what it holds.
     pub fn commit_time(&self, oid: Oid) -> Result<SystemTime, GitError> {
-        let repo = self.repo.lock();
-        let commit = git(|| format!("commit {oid}"), repo.find_commit(oid))?;
-        let secs = commit.committer().when().seconds().max(0) as u64;
-        Ok(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+        if let Some(ObjectInfo::CommitTime(t)) = self.objects.lock().get(&(oid, true)) {
+            return Ok(*t);
+        }
+        let secs = {
+            let repo = self.repo.lock();
+            let commit = git(|| format!("commit {oid}"), repo.find_commit(oid))?;
+            commit.committer().when().seconds().max(0) as u64
+        };
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        self.remember((oid, true), ObjectInfo::CommitTime(t));
+        Ok(t)
     }
 
     /// When a ref last moved, as well as the files can tell: its loose file's mtime, else
