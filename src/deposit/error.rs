@@ -40,6 +40,14 @@ pub enum DepositError {
 }
 
 impl DepositError {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Self::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
     pub(crate) fn git(op: impl Into<String>, source: git2::Error) -> Self {
         Self::Git {
             op: op.into(),
@@ -115,19 +123,11 @@ mod tests {
             (DepositError::BadRecipient("..".into()), libc::EINVAL),
             (DepositError::UnknownRecipient("x".into()), libc::ENOENT),
             (
-                DepositError::Io {
-                    op: "open",
-                    path: "/x".into(),
-                    source: io::Error::from_raw_os_error(libc::EACCES),
-                },
+                DepositError::io("open", "/x", io::Error::from_raw_os_error(libc::EACCES)),
                 libc::EACCES,
             ),
             (
-                DepositError::Io {
-                    op: "open",
-                    path: "/x".into(),
-                    source: io::Error::other("no errno"),
-                },
+                DepositError::io("open", "/x", io::Error::other("no errno")),
                 libc::EIO,
             ),
         ];
