@@ -6,12 +6,14 @@
 //! lock; errors carry their errno ([`DepositError::errno`]). Nothing here knows about FUSE.
 
 pub mod error;
+pub mod guard;
 pub mod publish;
 pub mod render;
 pub mod validate;
 pub mod wake;
 
 pub use error::DepositError;
+pub use guard::{Guard, GuardOptions, OnRedeposit};
 pub use publish::{MAX_ATTEMPTS, Published, publish};
 pub use render::{format_utc, now_utc, render, sender_name, sender_name_at};
 pub use validate::{

@@ -174,6 +174,11 @@ impl InboxDir {
         &self.path
     }
 
+    /// `/proc/self/fd/<n>`: names exactly the opened directory (for `inotify_add_watch`).
+    pub(crate) fn proc_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+    }
+
     /// The names in the directory that are UTF-8 (litany skips the others too).
     pub(crate) fn names(&self) -> io::Result<Vec<String>> {
         let dot = c".";
