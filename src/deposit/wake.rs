@@ -1,0 +1,449 @@
+//! Waking the recipient after a deposit, as `litany message` does (CONTRACT §3.8), without
+//! ever touching the executor lock.
+//!
+//! Guarantees: whether an executor holds `inbox/<id>` is read from `/proc/locks`, never
+//! probed with `flock` (a probe can make a starting driver lose its acquire, §3.7) and
+//! never through a held directory fd (`litany stop` would take us for the executor). When
+//! nobody holds it, `<harness> advance <ws> <id>` is launched exactly as litany's
+//! `AdvanceLauncher` does: `setsid` in the child, stdin/stdout `/dev/null`, stderr
+//! appended to `steps/<id>/driver.log`, `LITANY_LOCK_FD` removed, everything else
+//! inherited. The child is never waited on by the caller; a small reaper thread collects
+//! its exit status so no zombie stays behind. Every failure leaves the deposit standing.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::workspace::steps::DRIVER_LOG;
+use crate::workspace::{INBOX_DIR, STEPS_DIR};
+
+/// The harness binary searched for on `PATH` when none is configured.
+pub const HARNESS_BIN: &str = "litany";
+/// The lock baton a successor adopts; a launched driver must acquire, never adopt.
+pub const LOCK_FD_ENV: &str = "LITANY_LOCK_FD";
+/// Where the kernel lists every file lock.
+pub const PROC_LOCKS: &str = "/proc/locks";
+
+/// What happened after a deposit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wake {
+    /// Nobody held the lock; `advance` was launched (its pid).
+    Launched { pid: u32 },
+    /// An executor holds the lock and will drain at its next step boundary, or launch
+    /// for this deposit when it releases (litany's release rule).
+    Busy,
+    /// No harness binary is known; the deposit waits for the next driver.
+    NoHarness,
+    /// The launch failed (logged); the deposit waits for the next driver.
+    Failed(String),
+}
+
+/// The harness to launch: `explicit` as given, else the first executable `litany` on
+/// `PATH`.
+pub fn find_harness(explicit: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = explicit {
+        return Some(p.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(HARNESS_BIN))
+        .find(|p| {
+            std::fs::metadata(p)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+}
+
+/// Whether some process holds a `flock` on the directory `inbox` — the executor lock —
+/// read from `/proc/locks` without taking or probing it.
+///
+/// Why a read is race-safe where a probe is not, and why it is as safe as litany's own
+/// probe-then-launch: the caller reads only *after* its deposit has its final name.
+/// - If the lock is seen held, its release comes after that read, so after the deposit
+///   existed. litany's holder either drains at its next step boundary, or exits through
+///   the release rule (`driver::release_then_reprobe`: drop the lock, re-read the inbox,
+///   launch for any deposit its last read did not see) and its exit protocol's
+///   self-relaunch. Either way the deposit is delivered. A brief holder that is not an
+///   executor is litany's own probe (`message`, `scan`, exit protocol), which launches a
+///   driver right after releasing, and that driver sees the deposit too. This is exactly
+///   the `Busy` reasoning `litany message` relies on.
+/// - If the lock is seen free, the caller launches; the driver acquires the lock like any
+///   other, and if it loses, the winner is a holder covered by the first case.
+/// - The read takes nothing, so a driver starting at the same instant always wins its own
+///   non-blocking acquire; a probing `flock` could make it exit as a silent no-op.
+/// - Every way this can misread errs towards "free": a lock invisible from our pid
+///   namespace (locks_show hides them), an unreadable `/proc/locks`, a filesystem whose
+///   `st_dev` differs from the superblock's (btrfs subvolumes, some overlays). "Free"
+///   costs one redundant `advance` that loses the acquire and exits as a no-op; it never
+///   costs a delivery. A lock seen held is always a real `FLOCK` on this very inode.
+pub fn executor_busy(inbox: &Path) -> io::Result<bool> {
+    let meta = std::fs::metadata(inbox)?;
+    let dev = meta.dev();
+    let locks = std::fs::read_to_string(PROC_LOCKS)?;
+    Ok(flock_held(
+        &locks,
+        libc::major(dev),
+        libc::minor(dev),
+        meta.ino(),
+    ))
+}
+
+/// Whether `/proc/locks` text lists a granted `FLOCK` on `major:minor:ino`. Lines look
+/// like `1: FLOCK  ADVISORY  WRITE 12463 fe:00:5316619 0 EOF` (major and minor in hex,
+/// the inode in decimal); `->` lines are blocked waiters, not holders.
+pub(crate) fn flock_held(locks: &str, major: u32, minor: u32, ino: u64) -> bool {
+    locks.lines().any(|line| {
+        let mut tokens = line.split_whitespace();
+        let (Some(_ordinal), Some(kind)) = (tokens.next(), tokens.next()) else {
+            return false;
+        };
+        kind == "FLOCK"
+            && tokens.any(|t| {
+                let mut parts = t.split(':');
+                let (Some(ma), Some(mi), Some(i), None) =
+                    (parts.next(), parts.next(), parts.next(), parts.next())
+                else {
+                    return false;
+                };
+                u32::from_str_radix(ma, 16).ok() == Some(major)
+                    && u32::from_str_radix(mi, 16).ok() == Some(minor)
+                    && i.parse::<u64>().ok() == Some(ino)
+            })
+    })
+}
+
+/// `steps/<id>/driver.log`, opened for append (created with its directory).
+fn driver_log(root: &Path, agent: &str) -> io::Result<File> {
+    let dir = root.join(STEPS_DIR).join(agent);
+    std::fs::create_dir_all(&dir)?;
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(DRIVER_LOG))
+}
+
+/// The launch command, exactly litany's `AdvanceLauncher` (without spawning it).
+fn driver_command(harness: &Path, root: &Path, agent: &str, log: File) -> Command {
+    let mut cmd = Command::new(harness);
+    cmd.arg("advance")
+        .arg(root)
+        .arg(agent)
+        .env_remove(LOCK_FD_ENV)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log));
+    // SAFETY: the hook runs between fork and exec and only calls `setsid`, which is
+    // async-signal-safe. Its failure (already a group leader) is ignored, as litany does.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// Launches `<harness> advance <root> <agent>` detached and returns its pid. The caller
+/// never waits; a reaper thread collects the exit status.
+pub fn launch(harness: &Path, root: &Path, agent: &str) -> io::Result<u32> {
+    let log = driver_log(root, agent)?;
+    let child = driver_command(harness, root, agent, log).spawn()?;
+    let pid = child.id();
+    reap(child);
+    Ok(pid)
+}
+
+/// Waits for `child` on a thread of its own, so the exit status is collected whenever
+/// the driver ends and the caller never blocks.
+fn reap(mut child: Child) {
+    let pid = child.id();
+    let spawned = std::thread::Builder::new()
+        .name("litanyfs-reap".into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            if let Err(e) = child.wait() {
+                log::warn!("driver {pid}: wait failed: {e}");
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("driver {pid}: no reaper thread ({e}); it stays a zombie when it exits");
+    }
+}
+
+/// Wakes agents of one workspace after deposits: the lock read, then the launch.
+#[derive(Debug)]
+pub struct Waker {
+    root: PathBuf,
+    harness: Option<PathBuf>,
+    warned: AtomicBool,
+}
+
+impl Waker {
+    /// `harness` as configured, else `litany` from `PATH` (resolved once, here).
+    pub fn new(root: &Path, harness: Option<&Path>) -> Self {
+        Self {
+            root: root.to_path_buf(),
+            harness: find_harness(harness),
+            warned: AtomicBool::new(false),
+        }
+    }
+
+    pub fn harness(&self) -> Option<&Path> {
+        self.harness.as_deref()
+    }
+
+    /// Launches a driver for `agent` unless an executor holds its lock.
+    pub fn wake(&self, agent: &str) -> Wake {
+        let Some(harness) = &self.harness else {
+            if !self.warned.swap(true, Ordering::Relaxed) {
+                log::warn!(
+                    "no `{HARNESS_BIN}` on PATH and none configured: deposits wait in their \
+                     inbox until a driver runs (e.g. `litany scan`)"
+                );
+            }
+            return Wake::NoHarness;
+        };
+        let inbox = self.root.join(INBOX_DIR).join(agent);
+        match executor_busy(&inbox) {
+            Ok(true) => return Wake::Busy,
+            Ok(false) => {}
+            Err(e) => log::debug!("{}: lock state unknown ({e}); launching", inbox.display()),
+        }
+        match launch(harness, &self.root, agent) {
+            Ok(pid) => {
+                log::debug!(
+                    "launched {} advance for {agent} (pid {pid})",
+                    harness.display()
+                );
+                Wake::Launched { pid }
+            }
+            Err(e) => {
+                log::warn!("launching {} advance for {agent}: {e}", harness.display());
+                Wake::Failed(e.to_string())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// A fake harness that records its argv, session, stdio and environment.
+    pub(crate) fn fake_harness(dir: &Path) -> (PathBuf, PathBuf) {
+        let record = dir.join("harness-record");
+        let script = dir.join("fake-litany");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\n\
+                 out={record}.$$\n\
+                 i=$(readlink /proc/$$/fd/0); o=$(readlink /proc/$$/fd/1); e=$(readlink /proc/$$/fd/2)\n\
+                 {{\n\
+                 printf 'argv:'; for a in \"$@\"; do printf ' [%s]' \"$a\"; done; echo\n\
+                 echo \"pid: $$\"\n\
+                 echo \"sid: $(cut -d' ' -f6 /proc/$$/stat)\"\n\
+                 echo \"stdin: $i\"\n\
+                 echo \"stdout: $o\"\n\
+                 echo \"stderr: $e\"\n\
+                 echo \"lockfd: ${{LITANY_LOCK_FD-unset}}\"\n\
+                 }} > $out.tmp && mv $out.tmp $out\n\
+                 echo 'driver says hi' >&2\n",
+                record = record.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (script, record)
+    }
+
+    /// The records the fake harness wrote, waiting up to `wait` for at least one.
+    pub(crate) fn records(record: &Path, wait: Duration) -> Vec<String> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let dir = record.parent().unwrap();
+            let prefix = format!("{}.", record.file_name().unwrap().to_str().unwrap());
+            let found: Vec<String> = std::fs::read_dir(dir)
+                .unwrap()
+                .filter_map(|e| {
+                    let name = e.ok()?.file_name().into_string().ok()?;
+                    (name.starts_with(&prefix) && !name.ends_with(".tmp")).then_some(name)
+                })
+                .map(|n| std::fs::read_to_string(dir.join(n)).unwrap())
+                .collect();
+            if !found.is_empty() || Instant::now() > deadline {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Holds the executor lock of `inbox` from a child `flock` process until killed, and
+    /// waits until `/proc/locks` shows it.
+    pub(crate) fn hold_lock(inbox: &Path) -> Child {
+        std::fs::create_dir_all(inbox).unwrap();
+        // `-o`: the lock stays with `flock` itself (not `sleep`), so killing it releases.
+        let child = Command::new("flock")
+            .args(["-n", "-o"])
+            .arg(inbox)
+            .args(["sleep", "60"])
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !executor_busy(inbox).unwrap() {
+            assert!(
+                Instant::now() < deadline,
+                "flock never showed in /proc/locks"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child
+    }
+
+    pub(crate) fn release(mut holder: Child) {
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+    }
+
+    #[test]
+    fn parses_proc_locks() {
+        let locks = "1: FLOCK  ADVISORY  WRITE 12463 fe:00:5316619 0 EOF\n\
+                     2: POSIX  ADVISORY  WRITE 12456 fe:00:10019029 0 EOF\n\
+                     3: -> FLOCK  ADVISORY  WRITE 99 103:02:77 0 EOF\n\
+                     4: FLOCK  ADVISORY  WRITE 12435 103:0a:5308480 0 EOF\n";
+        assert!(flock_held(locks, 0xfe, 0, 5_316_619));
+        assert!(
+            !flock_held(locks, 0xfe, 0, 531_661),
+            "inode must match whole"
+        );
+        assert!(!flock_held(locks, 0xfe, 1, 5_316_619), "minor must match");
+        assert!(
+            !flock_held(locks, 0xfe, 0, 10_019_029),
+            "POSIX is not the lock"
+        );
+        assert!(!flock_held(locks, 0x103, 2, 77), "a waiter is not a holder");
+        assert!(flock_held(locks, 0x103, 10, 5_308_480));
+        assert!(!flock_held("", 0, 0, 0));
+    }
+
+    #[test]
+    fn sees_a_real_flock_without_taking_it() {
+        let t = tempfile::tempdir().unwrap();
+        let inbox = t.path().join("inbox/a1");
+        std::fs::create_dir_all(&inbox).unwrap();
+        assert!(!executor_busy(&inbox).unwrap());
+        let holder = hold_lock(&inbox);
+        assert!(executor_busy(&inbox).unwrap());
+        release(holder);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while executor_busy(&inbox).unwrap() {
+            assert!(Instant::now() < deadline, "lock never went away");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn the_command_scrubs_the_baton() {
+        let t = tempfile::tempdir().unwrap();
+        let log = driver_log(t.path(), "a1").unwrap();
+        let cmd = driver_command(Path::new("/bin/true"), t.path(), "a1", log);
+        let envs: Vec<_> = cmd.get_envs().collect();
+        assert!(envs.contains(&(std::ffi::OsStr::new(LOCK_FD_ENV), None)));
+        let args: Vec<_> = cmd.get_args().collect();
+        assert_eq!(
+            args,
+            [
+                std::ffi::OsStr::new("advance"),
+                t.path().as_os_str(),
+                std::ffi::OsStr::new("a1")
+            ]
+        );
+    }
+
+    #[test]
+    fn launches_detached_with_litanys_stdio() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("ws");
+        std::fs::create_dir_all(root.join("inbox/a1")).unwrap();
+        let (script, record) = fake_harness(t.path());
+        let waker = Waker::new(&root, Some(&script));
+        let Wake::Launched { pid } = waker.wake("a1") else {
+            panic!("not launched")
+        };
+        let recs = records(&record, Duration::from_secs(10));
+        assert_eq!(recs.len(), 1, "{recs:?}");
+        let rec = &recs[0];
+        let log = root.join("steps/a1/driver.log");
+        assert!(
+            rec.contains(&format!("argv: [advance] [{}] [a1]\n", root.display())),
+            "{rec}"
+        );
+        assert!(rec.contains(&format!("pid: {pid}\nsid: {pid}\n")), "{rec}");
+        assert!(
+            rec.contains("stdin: /dev/null\nstdout: /dev/null\n"),
+            "{rec}"
+        );
+        assert!(
+            rec.contains(&format!("stderr: {}\n", log.display())),
+            "{rec}"
+        );
+        assert!(rec.contains("lockfd: unset"), "{rec}");
+        // The stderr sink is appended to, and the exited driver leaves no zombie.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let logged = std::fs::read_to_string(&log).unwrap_or_default();
+            let gone = !Path::new(&format!("/proc/{pid}")).exists();
+            if logged == "driver says hi\n" && gone {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "log {logged:?}, /proc/{pid} still there: {:?}",
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::fs::write(&log, "earlier\n").unwrap();
+        assert!(matches!(waker.wake("a1"), Wake::Launched { .. }));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(&log).unwrap() != "earlier\ndriver says hi\n" {
+            assert!(Instant::now() < deadline, "driver.log was not appended to");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn does_not_launch_while_the_lock_is_held() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("ws");
+        let (script, record) = fake_harness(t.path());
+        let holder = hold_lock(&root.join("inbox/a1"));
+        let waker = Waker::new(&root, Some(&script));
+        assert_eq!(waker.wake("a1"), Wake::Busy);
+        release(holder);
+        assert!(records(&record, Duration::from_millis(500)).is_empty());
+        assert!(
+            !root.join("steps").exists(),
+            "nothing launched, nothing logged"
+        );
+    }
+
+    #[test]
+    fn carries_on_without_a_harness() {
+        let t = tempfile::tempdir().unwrap();
+        let waker = Waker {
+            root: t.path().to_path_buf(),
+            harness: None,
+            warned: AtomicBool::new(false),
+        };
+        assert_eq!(waker.wake("a1"), Wake::NoHarness);
+        assert_eq!(waker.wake("a1"), Wake::NoHarness);
+        let missing = Waker::new(t.path(), Some(&t.path().join("nope")));
+        assert!(matches!(missing.wake("a1"), Wake::Failed(_)));
+    }
+}
