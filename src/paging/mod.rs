@@ -7,16 +7,26 @@
 //! - [`address`]: the grammar, parsed once for full addresses and for the
 //!   page file names the mount shows.
 //! - [`banner`]: the banner line and the next-page address.
+//! - [`reader`]: a byte-budgeted cache of per-capture indexes, and page
+//!   reads served from them. The first read of a capture parses it once,
+//!   accepting exactly what litany's serde parse accepts (the private
+//!   `scan` module), and later reads decode only from the nearest
+//!   checkpoint.
 //!
-//! Everything here is plain Rust; the filesystem layer does the I/O.
+//! Everything here is plain Rust over `&std::fs::File`. The filesystem
+//! layer opens files, chooses keys and maps [`PageError::errno`].
 
 pub mod address;
 pub mod banner;
+pub mod reader;
+mod scan;
+mod source;
 
 pub use address::{
     Address, AddressError, Malformation, PAGE_BYTES, PageName, RecordPath, Stream, parse_page_name,
 };
 pub use banner::{banner, next_address};
+pub use reader::{CHECKPOINT_BYTES, CaptureKey, Page, PageCache, PageError};
 
 #[cfg(test)]
 mod tests;
