@@ -1,9 +1,11 @@
 //! Tests for the paging layer. The reference throughout is what litany
 //! itself does: `serde_json::from_slice::<ToolOutputRecord>` for the
-//! parse, and a byte slice of the resulting `String` for a page.
+//! parse, a byte slice of the resulting `String` for a page, and the
+//! real `litany` binary where one is installed ([`litany`]).
 
 mod address;
 mod banner;
+mod litany;
 mod reader;
 mod scan;
 

@@ -7,7 +7,8 @@
 //! between the two on this path is where an invalid-UTF-8 error is
 //! positioned: 1.0.149 points past the closing quote, 1.0.154 at the bad
 //! byte. So those messages are compared without their position here,
-//! and their 1.0.149 positions are pinned by hand below.
+//! and their 1.0.149 positions are pinned by hand below and checked
+//! against the real binary in [`super::litany`].
 
 use super::{Rng, ToolOutputRecord, capture, mixed_text, reference};
 use crate::paging::scan::{ScanError, read_range, scan};
