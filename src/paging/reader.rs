@@ -1,0 +1,509 @@
+//! Serving pages of a capture's streams, out of a bounded cache of
+//! indexes.
+//!
+//! A page is the bytes `read_tool_output` prints: a byte range of the
+//! stream's `String` as litany's serde parse produces it (escapes
+//! decoded, UTF-8), not a range of the file. This module gives the same
+//! bytes without holding that string:
+//! - **One parse per capture.** The first request for a [`CaptureKey`]
+//!   runs one streaming pass ([`super::scan`]). It refuses exactly what
+//!   litany refuses, with litany's message, and otherwise records each
+//!   stream's length and a checkpoint every `interval` decoded bytes.
+//!   Concurrent first requests wait for that one pass. A refusal is
+//!   cached like a success, because the bytes behind a key do not
+//!   change. An I/O failure is not cached.
+//! - **Cost independent of offset.** A range is decoded from the nearest
+//!   checkpoint at or before it, so it costs at most one interval plus
+//!   the range, whether it is at byte 0 or byte 50 000 000.
+//! - **Bounded memory.** An entry costs its checkpoints (16 bytes per
+//!   interval per stream) plus a fixed overhead, or the length of its
+//!   message. The cache evicts least-recently-used entries to stay
+//!   within its byte budget.
+//! - **Shared files.** The caller opens the file and keeps it. Reads use
+//!   `pread`, so concurrent requests can share one `&File`.
+//!
+//! The caller chooses the key. `(dev, ino, size, mtime)` works because
+//! litany never rewrites a capture in place; it renames a new file over
+//! it, which gives a new inode.
+
+use super::address::{Address, AddressError, PAGE_BYTES, Stream};
+use super::banner::{banner, next_address};
+use super::scan::{RangeError, RecordIndex, ScanError, StreamIndex, read_range, scan};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::fs::{File, Metadata};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+/// Decoded bytes between checkpoints. At 16 bytes a checkpoint, a 50 MB
+/// stream is indexed in about 12 KiB, and a page costs at most
+/// 64 KiB + 4 KiB of decoding.
+pub const CHECKPOINT_BYTES: u64 = 64 * 1024;
+
+/// What identifies one version of one capture file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CaptureKey {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i128,
+}
+
+impl CaptureKey {
+    /// The key of the file `meta` describes.
+    pub fn from_metadata(meta: &Metadata) -> Self {
+        CaptureKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        }
+    }
+
+    /// The key of an open file (`fstat`).
+    pub fn of(file: &File) -> io::Result<Self> {
+        Ok(Self::from_metadata(&file.metadata()?))
+    }
+}
+
+/// One page, as `read_tool_output` answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// The page's bytes (stdout of the tool). It may split a character.
+    pub bytes: Vec<u8>,
+    /// The stream's whole length in bytes.
+    pub len: u64,
+    /// The stderr line, with its trailing newline.
+    pub banner: String,
+    /// Where the next page starts, or `None` at the end of the stream.
+    pub next: Option<Address>,
+}
+
+/// Every way a page request is refused or fails. `Display` prints the
+/// tool's message for the refusals (without the CLI's
+/// `litany tool read_tool_output: ` prefix).
+#[derive(Debug)]
+pub enum PageError {
+    /// Not the grammar.
+    Malformed(AddressError),
+    /// The address names another agent than the caller.
+    ForeignAgent { theirs: String, ours: String },
+    /// The capture file could not be opened.
+    NoRecord { record: PathBuf, source: io::Error },
+    /// The capture is not a record litany would parse. `reason` is
+    /// serde_json's message. `record` is the path the message names; the
+    /// tool names `<workspace>/<record>` (see [`PageError::with_record`]).
+    Unreadable {
+        record: Option<PathBuf>,
+        reason: String,
+    },
+    /// The offset is past the end of the stream.
+    PastEnd {
+        offset: u64,
+        stream: Stream,
+        total: u64,
+    },
+    /// Reading the capture failed.
+    Io(io::Error),
+    /// The capture no longer holds what was indexed under its key.
+    Changed,
+}
+
+impl PageError {
+    /// The errno a filesystem should answer with. Every refusal is
+    /// `ENOENT`, because the page does not exist. A failed read is `EIO`.
+    pub fn errno(&self) -> i32 {
+        match self {
+            PageError::Io(_) | PageError::Changed => libc::EIO,
+            _ => libc::ENOENT,
+        }
+    }
+
+    /// Whether the tool would refuse this request (as opposed to failing
+    /// to read).
+    pub fn is_refusal(&self) -> bool {
+        !matches!(self, PageError::Io(_) | PageError::Changed)
+    }
+
+    /// Name `record` (typically `<workspace>/<record path>`, as the tool
+    /// prints it) in an [`PageError::Unreadable`] message.
+    pub fn with_record(self, record: &Path) -> Self {
+        match self {
+            PageError::Unreadable { reason, .. } => PageError::Unreadable {
+                record: Some(record.to_path_buf()),
+                reason,
+            },
+            other => other,
+        }
+    }
+
+    /// The tool's confinement check: the address must name `caller`.
+    pub fn confine(address: &Address, caller: &str) -> Result<(), PageError> {
+        if address.record.agent() == caller {
+            Ok(())
+        } else {
+            Err(PageError::ForeignAgent {
+                theirs: address.record.agent().to_string(),
+                ours: caller.to_string(),
+            })
+        }
+    }
+}
+
+impl fmt::Display for PageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PageError::Malformed(e) => write!(f, "{e}"),
+            PageError::ForeignAgent { theirs, ours } => write!(
+                f,
+                "address names agent {theirs:?}, and you are {ours:?}: \
+                 an agent may page only its own tool captures"
+            ),
+            PageError::NoRecord { record, source } => {
+                write!(f, "no capture at {}: {source}", record.display())
+            }
+            PageError::Unreadable {
+                record: Some(record),
+                reason,
+            } => write!(f, "capture at {} did not parse: {reason}", record.display()),
+            PageError::Unreadable {
+                record: None,
+                reason,
+            } => write!(f, "capture did not parse: {reason}"),
+            PageError::PastEnd {
+                offset,
+                stream,
+                total,
+            } => write!(
+                f,
+                "offset {offset} is past the end of {stream} ({total} bytes)"
+            ),
+            PageError::Io(e) => write!(f, "read the capture: {e}"),
+            PageError::Changed => f.write_str("the capture changed while it was read"),
+        }
+    }
+}
+
+impl std::error::Error for PageError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PageError::Malformed(e) => Some(e),
+            PageError::NoRecord { source, .. } | PageError::Io(source) => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl From<AddressError> for PageError {
+    fn from(e: AddressError) -> Self {
+        PageError::Malformed(e)
+    }
+}
+
+impl From<RangeError> for PageError {
+    fn from(e: RangeError) -> Self {
+        match e {
+            RangeError::Io(e) => PageError::Io(e),
+            RangeError::Changed => PageError::Changed,
+        }
+    }
+}
+
+/// What one pass concluded about a key.
+#[derive(Clone)]
+enum Outcome {
+    Indexed(Arc<RecordIndex>),
+    /// litany would refuse it, with this serde_json message.
+    Unreadable(Arc<str>),
+    /// The pass could not read the file. Not kept.
+    Io {
+        kind: io::ErrorKind,
+        os: Option<i32>,
+        text: Arc<str>,
+    },
+}
+
+impl Outcome {
+    fn of(file: &File, interval: u64) -> Outcome {
+        let io_failure = |e: io::Error| Outcome::Io {
+            kind: e.kind(),
+            os: e.raw_os_error(),
+            text: e.to_string().into(),
+        };
+        match scan(file, interval) {
+            Ok(index) => Outcome::Indexed(Arc::new(index)),
+            Err(ScanError::Json(fail)) => match ScanError::render(&fail, file) {
+                Ok(reason) => Outcome::Unreadable(reason.into()),
+                Err(e) => io_failure(e),
+            },
+            Err(ScanError::Io(e)) => io_failure(e),
+        }
+    }
+
+    /// Bytes this outcome holds, beyond the fixed slot overhead.
+    fn cost(&self) -> usize {
+        match self {
+            Outcome::Indexed(index) => {
+                std::mem::size_of::<RecordIndex>()
+                    + index.stdout.heap_bytes()
+                    + index.stderr.heap_bytes()
+            }
+            Outcome::Unreadable(reason) => reason.len(),
+            Outcome::Io { .. } => 0,
+        }
+    }
+
+    fn index(&self) -> Result<Arc<RecordIndex>, PageError> {
+        match self {
+            Outcome::Indexed(index) => Ok(Arc::clone(index)),
+            Outcome::Unreadable(reason) => Err(PageError::Unreadable {
+                record: None,
+                reason: reason.to_string(),
+            }),
+            Outcome::Io { kind, os, text } => Err(PageError::Io(match os {
+                Some(code) => io::Error::from_raw_os_error(*code),
+                None => io::Error::new(*kind, text.to_string()),
+            })),
+        }
+    }
+}
+
+type Cell = Arc<OnceLock<Outcome>>;
+
+struct Slot {
+    cell: Cell,
+    tick: u64,
+    cost: usize,
+}
+
+/// Fixed bytes per entry: the slot, its key in both maps, and the cell.
+const SLOT_BYTES: usize = std::mem::size_of::<Slot>()
+    + 2 * std::mem::size_of::<CaptureKey>()
+    + std::mem::size_of::<u64>()
+    + std::mem::size_of::<OnceLock<Outcome>>()
+    + 2 * std::mem::size_of::<usize>();
+
+#[derive(Default)]
+struct Lru {
+    slots: HashMap<CaptureKey, Slot>,
+    /// Ticks, oldest first, to find what to evict.
+    order: BTreeMap<u64, CaptureKey>,
+    tick: u64,
+    used: usize,
+}
+
+impl Lru {
+    /// The entry for `key`, now the most recently used. A new entry is
+    /// created empty.
+    fn touch(&mut self, key: CaptureKey) -> Cell {
+        self.tick += 1;
+        let tick = self.tick;
+        self.order.insert(tick, key);
+        if let Some(slot) = self.slots.get_mut(&key) {
+            self.order.remove(&slot.tick);
+            slot.tick = tick;
+            return Arc::clone(&slot.cell);
+        }
+        let cell = Cell::default();
+        self.slots.insert(
+            key,
+            Slot {
+                cell: Arc::clone(&cell),
+                tick,
+                cost: SLOT_BYTES,
+            },
+        );
+        self.used += SLOT_BYTES;
+        cell
+    }
+
+    /// Record what `cell` cost once filled, unless the entry was evicted
+    /// or replaced meanwhile. An I/O failure is dropped, not kept.
+    fn settle(&mut self, key: CaptureKey, cell: &Cell, outcome: &Outcome) {
+        let Some(slot) = self.slots.get_mut(&key) else {
+            return;
+        };
+        if !Arc::ptr_eq(&slot.cell, cell) {
+            return;
+        }
+        if matches!(outcome, Outcome::Io { .. }) {
+            self.remove(&key);
+            return;
+        }
+        let cost = SLOT_BYTES + outcome.cost();
+        self.used = self.used - slot.cost + cost;
+        slot.cost = cost;
+    }
+
+    fn remove(&mut self, key: &CaptureKey) {
+        if let Some(slot) = self.slots.remove(key) {
+            self.order.remove(&slot.tick);
+            self.used -= slot.cost;
+        }
+    }
+
+    fn evict(&mut self, budget: usize) {
+        while self.used > budget {
+            let Some((_, key)) = self.order.pop_first() else {
+                break;
+            };
+            if let Some(slot) = self.slots.remove(&key) {
+                self.used -= slot.cost;
+            }
+        }
+    }
+}
+
+/// Indexes of recently read captures, within a byte budget.
+pub struct PageCache {
+    budget: usize,
+    interval: u64,
+    lru: Mutex<Lru>,
+}
+
+impl PageCache {
+    /// A cache that keeps at most `max_bytes` of indexes, with a
+    /// checkpoint every [`CHECKPOINT_BYTES`].
+    pub fn new(max_bytes: usize) -> Self {
+        Self::with_checkpoint_interval(max_bytes, CHECKPOINT_BYTES)
+    }
+
+    /// A cache with a checkpoint every `interval` decoded bytes (at least
+    /// one). Small intervals are for tests.
+    pub fn with_checkpoint_interval(max_bytes: usize, interval: u64) -> Self {
+        PageCache {
+            budget: max_bytes,
+            interval: interval.max(1),
+            lru: Mutex::new(Lru::default()),
+        }
+    }
+
+    /// Bytes the cache holds now, by its own accounting.
+    pub fn used_bytes(&self) -> usize {
+        self.lru.lock().used
+    }
+
+    /// The budget given at construction.
+    pub fn max_bytes(&self) -> usize {
+        self.budget
+    }
+
+    /// Captures currently held.
+    pub fn entries(&self) -> usize {
+        self.lru.lock().slots.len()
+    }
+
+    /// Decoded bytes between checkpoints.
+    pub fn checkpoint_interval(&self) -> u64 {
+        self.interval
+    }
+
+    /// Drop whatever is held for `key`.
+    pub fn forget(&self, key: &CaptureKey) {
+        self.lru.lock().remove(key);
+    }
+
+    /// The index for `key`, built from `file` on first use.
+    fn index(&self, file: &File, key: CaptureKey) -> Result<Arc<RecordIndex>, PageError> {
+        let cell = self.lru.lock().touch(key);
+        let outcome = cell.get_or_init(|| Outcome::of(file, self.interval));
+        {
+            let mut lru = self.lru.lock();
+            lru.settle(key, &cell, outcome);
+            lru.evict(self.budget);
+        }
+        outcome.index()
+    }
+
+    fn stream(index: &RecordIndex, stream: Stream) -> &StreamIndex {
+        match stream {
+            Stream::Stdout => &index.stdout,
+            Stream::Stderr => &index.stderr,
+        }
+    }
+
+    /// The length in bytes of `stream`'s string in the capture.
+    pub fn stream_len(
+        &self,
+        file: &File,
+        key: CaptureKey,
+        stream: Stream,
+    ) -> Result<u64, PageError> {
+        let index = self.index(file, key)?;
+        Ok(Self::stream(&index, stream).len)
+    }
+
+    /// Bytes `[offset, offset + len)` of `stream`, cut short at its end.
+    /// An offset at or past the end gives no bytes, as a file read does.
+    pub fn read(
+        &self,
+        file: &File,
+        key: CaptureKey,
+        stream: Stream,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, PageError> {
+        let index = self.index(file, key)?;
+        self.range(file, key, Self::stream(&index, stream), offset, len)
+    }
+
+    /// A range from a kept index. If the file no longer matches the
+    /// index, the index is dropped so that the next request parses again.
+    fn range(
+        &self,
+        file: &File,
+        key: CaptureKey,
+        stream: &StreamIndex,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, PageError> {
+        read_range(file, stream, offset, len).map_err(|e| {
+            if matches!(e, RangeError::Changed) {
+                self.forget(&key);
+            }
+            PageError::from(e)
+        })
+    }
+
+    /// The page `address` names, exactly as `read_tool_output` answers
+    /// it: up to [`PAGE_BYTES`] from the offset, an empty page at the end,
+    /// and [`PageError::PastEnd`] beyond it. An
+    /// [`PageError::Unreadable`] names the address's relative record path.
+    pub fn page(&self, file: &File, key: CaptureKey, address: &Address) -> Result<Page, PageError> {
+        let index = self
+            .index(file, key)
+            .map_err(|e| e.with_record(Path::new(&address.record.to_string())))?;
+        let stream = Self::stream(&index, address.stream);
+        let total = stream.len;
+        if address.offset > total {
+            return Err(PageError::PastEnd {
+                offset: address.offset,
+                stream: address.stream,
+                total,
+            });
+        }
+        let bytes = self.range(file, key, stream, address.offset, PAGE_BYTES)?;
+        let end = address.offset + bytes.len() as u64;
+        Ok(Page {
+            banner: banner(address, end, total),
+            next: next_address(address, end, total),
+            bytes,
+            len: total,
+        })
+    }
+}
+
+impl fmt::Debug for PageCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lru = self.lru.lock();
+        f.debug_struct("PageCache")
+            .field("budget", &self.budget)
+            .field("interval", &self.interval)
+            .field("entries", &lru.slots.len())
+            .field("used", &lru.used)
+            .finish()
+    }
+}
