@@ -46,6 +46,24 @@ enum Cmd {
         /// Threads serving requests.
         #[arg(long, default_value_t = 4)]
         threads: usize,
+        /// Who messages deposited through the mount are from: `user`, or an agent id.
+        #[arg(long, default_value = litanyfs::workspace::inbox::USER_SENDER)]
+        sender: String,
+        /// The largest message a deposit accepts, in bytes (EFBIG past it).
+        #[arg(long, default_value_t = litanyfs::deposit::DEFAULT_MAX_MESSAGE_BYTES)]
+        max_message_bytes: usize,
+        /// The litany binary that wakes an agent after a deposit (default: `litany` on PATH).
+        #[arg(long)]
+        harness: Option<PathBuf>,
+        /// Deposit without waking the agent; `litany scan` picks deposits up later.
+        #[arg(long)]
+        no_wake: bool,
+        /// Refuse deposits too: every change answers EROFS.
+        #[arg(long)]
+        read_only: bool,
+        /// The bound of the cache of parsed tool captures, in bytes.
+        #[arg(long, default_value_t = litanyfs::tree::DEFAULT_PAGE_CACHE_BYTES)]
+        cache_bytes: usize,
     },
     /// Unmount a litanyfs mount; its daemon then exits.
     Unmount { mountpoint: PathBuf },
@@ -71,11 +89,23 @@ fn main() -> ExitCode {
             foreground,
             log_file,
             threads,
+            sender,
+            max_message_bytes,
+            harness,
+            no_wake,
+            read_only,
+            cache_bytes,
         } => {
             let opts = MountOptions {
                 foreground,
                 log_file,
                 threads,
+                sender,
+                max_message_bytes,
+                harness,
+                wake: !no_wake,
+                read_only,
+                cache_bytes,
             };
             if foreground {
                 mount::run(&workspace, &mountpoint, &opts)
@@ -118,6 +148,12 @@ fn demo(dir: &std::path::Path) -> Result<(), String> {
         foreground: false,
         log_file: None,
         threads: 4,
+        sender: litanyfs::workspace::inbox::USER_SENDER.into(),
+        max_message_bytes: litanyfs::deposit::DEFAULT_MAX_MESSAGE_BYTES,
+        harness: None,
+        wake: false,
+        read_only: false,
+        cache_bytes: litanyfs::tree::DEFAULT_PAGE_CACHE_BYTES,
     };
     let log = mount::spawn_daemon(&ws, &mnt, &opts).map_err(|e| e.to_string())?;
     print!("{}", litanyfs::demo::tour(&mnt));

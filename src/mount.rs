@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 
 use fuser::{Config, MountOption, Session};
 
+use crate::deposit::{Depositor, Options as DepositOptions};
 use crate::fs::Fs;
-use crate::tree::Tree;
+use crate::tree::{Deposits, Tree};
 use crate::workspace::{Workspace, WorkspaceError};
 
 /// The environment variable that tells a daemon its stdout is the readiness pipe.
@@ -41,6 +42,43 @@ pub struct MountOptions {
     pub foreground: bool,
     pub log_file: Option<PathBuf>,
     pub threads: usize,
+    /// Who deposits through the mount are from: `user`, or an agent id.
+    pub sender: String,
+    pub max_message_bytes: usize,
+    /// The harness to wake agents with; `None` searches `PATH`.
+    pub harness: Option<PathBuf>,
+    pub wake: bool,
+    /// Refuse deposits too.
+    pub read_only: bool,
+    /// The page cache's bound.
+    pub cache_bytes: usize,
+}
+
+impl MountOptions {
+    /// The options as `litanyfs mount` arguments, for the daemon the parent starts.
+    fn daemon_args(&self) -> Vec<std::ffi::OsString> {
+        let mut a: Vec<std::ffi::OsString> = vec![
+            "--threads".into(),
+            self.threads.to_string().into(),
+            "--sender".into(),
+            self.sender.clone().into(),
+            "--max-message-bytes".into(),
+            self.max_message_bytes.to_string().into(),
+            "--cache-bytes".into(),
+            self.cache_bytes.to_string().into(),
+        ];
+        if let Some(h) = &self.harness {
+            a.push("--harness".into());
+            a.push(h.clone().into());
+        }
+        if !self.wake {
+            a.push("--no-wake".into());
+        }
+        if self.read_only {
+            a.push("--read-only".into());
+        }
+        a
+    }
 }
 
 /// Why a mount or unmount was refused; each is one line for the user.
@@ -272,8 +310,7 @@ pub fn spawn_daemon(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<PathBu
     let mut cmd = Command::new(exe);
     cmd.arg("mount")
         .arg("--foreground")
-        .arg("--threads")
-        .arg(opts.threads.to_string())
+        .args(opts.daemon_args())
         .arg(&ws)
         .arg(&mnt)
         .env(READY_ENV, "1")
@@ -404,7 +441,28 @@ fn serve(
         .map_err(|e| MountError::Io(mnt.display().to_string(), e))?
         .dev();
     handle_signals(mnt.clone());
-    let tree = Tree::new(workspace.clone()).map_err(|e| MountError::Daemon(e.to_string()))?;
+    let mut tree = Tree::new(workspace.clone())
+        .map_err(|e| MountError::Daemon(e.to_string()))?
+        .with_cache_bytes(opts.cache_bytes);
+    if !opts.read_only {
+        let depositor = Depositor::new(
+            &workspace,
+            DepositOptions {
+                max_message_bytes: opts.max_message_bytes,
+                harness: opts.harness.clone(),
+                wake: opts.wake,
+                ..DepositOptions::default()
+            },
+        )
+        .map_err(|e| MountError::Daemon(e.to_string()))?;
+        depositor
+            .check_sender(&opts.sender)
+            .map_err(|e| MountError::Daemon(format!("--sender: {e}")))?;
+        tree = tree.with_deposits(Deposits {
+            depositor,
+            sender: opts.sender.clone(),
+        });
+    }
     let fs = Fs::new(Arc::new(tree));
     let invalidator = fs.invalidator();
     let mut config = Config::default();

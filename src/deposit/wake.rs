@@ -40,6 +40,8 @@ pub enum Wake {
     NoHarness,
     /// The launch failed (logged); the deposit waits for the next driver.
     Failed(String),
+    /// Waking is turned off (`--no-wake`); the deposit waits for the next driver.
+    Off,
 }
 
 /// The harness to launch: `explicit` as given, else the first executable `litany` on

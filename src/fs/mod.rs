@@ -338,7 +338,16 @@ impl Filesystem for Fs {
                 Err(e) => return reply.error(refuse("open", &e)),
             };
             if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
-                return reply.error(self.read_only("open for writing", node.path()));
+                return match self.tree.open_write(&node, flags.0 & libc::O_TRUNC != 0) {
+                    Ok(content) => {
+                        let fh = self.handles.insert(Handle::File {
+                            content,
+                            _passthrough: None,
+                        });
+                        reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
+                    }
+                    Err(e) => reply.error(refuse("open for writing", &e)),
+                };
             }
             match self.tree.open(&node) {
                 // A path that now names another file must not serve it through this
@@ -384,11 +393,16 @@ impl Filesystem for Fs {
                     }
                 }
                 Ok(content) => {
+                    // A draft changes under its own writes; never serve it from the cache.
+                    let flags = match content {
+                        Content::Draft(_) => FopenFlags::FOPEN_DIRECT_IO,
+                        _ => FopenFlags::empty(),
+                    };
                     let fh = self.handles.insert(Handle::File {
                         content,
                         _passthrough: None,
                     });
-                    reply.opened(FileHandle(fh), FopenFlags::empty());
+                    reply.opened(FileHandle(fh), flags);
                 }
                 Err(e) => reply.error(refuse("open", &e)),
             }
@@ -438,6 +452,25 @@ impl Filesystem for Fs {
                     let end = start.saturating_add(size as usize).min(b.len());
                     reply.data(&b[start..end]);
                 }
+                Handle::File {
+                    content: Content::Draft(d),
+                    ..
+                } => {
+                    let st = d.state.lock();
+                    let start = (offset as usize).min(st.buf.len());
+                    let end = start.saturating_add(size as usize).min(st.buf.len());
+                    reply.data(&st.buf[start..end]);
+                }
+                Handle::File {
+                    content: stream @ Content::Stream { .. },
+                    ..
+                } => match self.tree.read_stream(stream, offset, u64::from(size)) {
+                    Ok(bytes) => reply.data(&bytes),
+                    Err(e) => {
+                        let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
+                        reply.error(refuse("read", &TreeError::Page(path, e)))
+                    }
+                },
                 Handle::Dir(_) => reply.error(Errno::EISDIR),
             }
         })
@@ -446,26 +479,43 @@ impl Filesystem for Fs {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.handles.remove(fh.0);
-        reply.ok();
+        guarded("release", || {
+            if let Some(h) = self.handles.remove(fh.0)
+                && let Handle::File {
+                    content: Content::Draft(_),
+                    ..
+                } = &*h
+                && let Ok(node) = self.node(ino)
+            {
+                self.tree.release(&node);
+            }
+            reply.ok();
+        })
     }
 
+    /// Each `close(2)`: a draft with unsaved bytes is deposited now, so that the writer's
+    /// `close` hears whether it worked.
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        guarded("flush", || {
+            match self.node(ino).and_then(|n| self.tree.flush(&n)) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(refuse("close", &e)),
+            }
+        })
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _d: bool, reply: ReplyEmpty) {
@@ -610,32 +660,52 @@ impl Filesystem for Fs {
 
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         guarded("access", || match self.attr(ino) {
-            Ok(_) if mask.contains(AccessFlags::W_OK) => {
-                let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
-                reply.error(self.read_only("access for writing", path))
+            Ok(a) if mask.contains(AccessFlags::W_OK) && a.perm & 0o200 == 0 => {
+                let e = self
+                    .node(ino)
+                    .map(|n| self.tree.refusal(&n))
+                    .unwrap_or_else(|e| e);
+                reply.error(refuse("access for writing", &e))
             }
             Ok(_) => reply.ok(),
             Err(e) => reply.error(refuse("access", &e)),
         })
     }
 
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        reply.error(Errno::NO_XATTR);
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        guarded("getxattr", || {
+            let attrs = match self.node(ino).and_then(|n| self.tree.xattrs(&n)) {
+                Ok(a) => a,
+                Err(e) => return reply.error(refuse("getxattr", &e)),
+            };
+            match attrs.iter().find(|(k, _)| OsStr::new(k) == name) {
+                None => reply.error(Errno::NO_XATTR),
+                Some((_, v)) if size == 0 => reply.size(v.len() as u32),
+                Some((_, v)) if v.len() > size as usize => reply.error(Errno::ERANGE),
+                Some((_, v)) => reply.data(v),
+            }
+        })
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if size == 0 {
-            reply.size(0);
-        } else {
-            reply.data(&[]);
-        }
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        guarded("listxattr", || {
+            let attrs = match self.node(ino).and_then(|n| self.tree.xattrs(&n)) {
+                Ok(a) => a,
+                Err(e) => return reply.error(refuse("listxattr", &e)),
+            };
+            let mut names = Vec::new();
+            for (k, _) in &attrs {
+                names.extend_from_slice(k.as_bytes());
+                names.push(0);
+            }
+            if size == 0 {
+                reply.size(names.len() as u32);
+            } else if names.len() > size as usize {
+                reply.error(Errno::ERANGE);
+            } else {
+                reply.data(&names);
+            }
+        })
     }
 
     // Everything below changes the tree, which is read-only: each answers EROFS and
@@ -645,12 +715,12 @@ impl Filesystem for Fs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _mode: Option<u32>,
+        mode: Option<u32>,
         _uid: Option<u32>,
         _gid: Option<u32>,
-        _size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
@@ -659,8 +729,33 @@ impl Filesystem for Fs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
-        reply.error(self.read_only("setattr", path));
+        guarded("setattr", || {
+            let time = |t: Option<TimeOrNow>| {
+                t.map(|t| match t {
+                    TimeOrNow::SpecificTime(t) => t,
+                    TimeOrNow::Now => SystemTime::now(),
+                })
+            };
+            // Only a draft changes; owners are not kept (a message has no owner to keep).
+            let done = self.node(ino).and_then(|node| {
+                if let Some(size) = size {
+                    self.tree.set_size(&node, size)?;
+                }
+                if mode.is_some() || atime.is_some() || mtime.is_some() {
+                    self.tree
+                        .set_meta(&node, time(atime), time(mtime), mode.map(|m| m as u16))?;
+                }
+                if size.is_none() && mode.is_none() && atime.is_none() && mtime.is_none() {
+                    // chown: accepted on a draft, refused elsewhere.
+                    self.tree.set_meta(&node, None, None, None)?;
+                }
+                self.attr(ino)
+            });
+            match done {
+                Ok(attr) => reply.attr(&SHORT_TTL, &self.fuse_attr(ino.0, &attr)),
+                Err(e) => reply.error(refuse("setattr", &e)),
+            }
+        })
     }
 
     fn mknod(
@@ -689,7 +784,12 @@ impl Filesystem for Fs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply.error(self.read_only("unlink", self.path_of(parent, name)));
+        guarded("unlink", || {
+            match self.node(parent).and_then(|p| self.tree.unlink(&p, name)) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(refuse("unlink", &e)),
+            }
+        })
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -712,12 +812,26 @@ impl Filesystem for Fs {
         _req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _newparent: INodeNo,
-        _newname: &OsStr,
-        _flags: RenameFlags,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        reply.error(self.read_only("rename", self.path_of(parent, name)));
+        guarded("rename", || {
+            if flags.bits() != 0 {
+                // RENAME_EXCHANGE/NOREPLACE/WHITEOUT: not for messages.
+                let e = TreeError::Invalid(self.path_of(parent, name));
+                return reply.error(refuse("rename", &e));
+            }
+            let done = self.node(parent).and_then(|p| {
+                let np = self.node(newparent)?;
+                self.tree.rename(&p, name, &np, newname)
+            });
+            match done {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(refuse("rename", &e)),
+            }
+        })
     }
 
     fn link(
@@ -731,6 +845,7 @@ impl Filesystem for Fs {
         reply.error(self.read_only("link", self.path_of(newparent, newname)));
     }
 
+    /// Creating a file in `inbox/<id>/` starts a message (see [`crate::tree::drafts`]).
     fn create(
         &self,
         _req: &Request,
@@ -741,7 +856,33 @@ impl Filesystem for Fs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        reply.error(self.read_only("create", self.path_of(parent, name)));
+        guarded("create", || {
+            let made = self
+                .node(parent)
+                .and_then(|p| self.tree.create(&p, name))
+                .and_then(|(node, attr)| {
+                    let content = self.tree.open_write(&node, false)?;
+                    Ok((node, attr, content))
+                });
+            match made {
+                Ok((node, attr, content)) => {
+                    let ino = self.inodes.lookup(&attr.identity, &node);
+                    let fh = self.handles.insert(Handle::File {
+                        content,
+                        _passthrough: None,
+                    });
+                    let fattr = self.fuse_attr(ino, &attr);
+                    reply.created(
+                        &SHORT_TTL,
+                        &fattr,
+                        Generation(0),
+                        FileHandle(fh),
+                        FopenFlags::FOPEN_DIRECT_IO,
+                    );
+                }
+                Err(e) => reply.error(refuse("create", &e)),
+            }
+        })
     }
 
     fn write(
@@ -749,15 +890,22 @@ impl Filesystem for Fs {
         _req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
-        _offset: u64,
-        _data: &[u8],
+        offset: u64,
+        data: &[u8],
         _write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
-        reply.error(self.read_only("write", path));
+        guarded("write", || {
+            match self
+                .node(ino)
+                .and_then(|n| self.tree.write(&n, offset, data))
+            {
+                Ok(n) => reply.written(n as u32),
+                Err(e) => reply.error(refuse("write", &e)),
+            }
+        })
     }
 
     fn setxattr(
@@ -770,8 +918,13 @@ impl Filesystem for Fs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
-        reply.error(self.read_only("setxattr", path));
+        match self.node(ino) {
+            // A message carries no attributes; saying so (rather than EROFS) lets
+            // `cp -p` fall back to plain permissions.
+            Ok(Node::Draft { .. }) => reply.error(Errno::from_i32(libc::ENOTSUP)),
+            Ok(node) => reply.error(self.read_only("setxattr", node.path())),
+            Err(e) => reply.error(refuse("setxattr", &e)),
+        }
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {

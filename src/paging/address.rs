@@ -31,7 +31,7 @@ use std::fmt;
 pub const PAGE_BYTES: u64 = 4096;
 
 /// The literal first segment of a record path.
-pub const STEPS_DIR: &str = "steps";
+pub use crate::workspace::STEPS_DIR;
 /// The literal fourth segment of a record path.
 pub const TOOLS_DIR: &str = "tools";
 /// The literal last segment of a record path.

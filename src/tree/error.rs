@@ -1,6 +1,8 @@
 //! Why the tree refused a request: each variant carries the mount-relative path and maps
 //! to exactly one errno, so that the adapter answers and logs every failure the same way.
 
+use crate::deposit::DepositError;
+use crate::paging::PageError;
 use crate::workspace::refs::GitError;
 
 #[derive(Debug)]
@@ -17,6 +19,17 @@ pub enum TreeError {
     Invalid(String),
     /// The view is read-only here. EROFS.
     ReadOnly(String),
+    /// A deposited message: immutable. EPERM.
+    Immutable(String),
+    /// A name that is taken. EEXIST.
+    Exists(String),
+    /// Too many messages are being written at once. ENOSPC.
+    NoSpace(String),
+    /// A deposit was refused or failed; its errno is passed on.
+    Deposit(String, DepositError),
+    /// A continuation address that `read_tool_output` would refuse (ENOENT), or a record
+    /// that could not be read (EIO); the message is the tool's own.
+    Page(String, PageError),
     /// A backing-tree call failed; its errno is passed on.
     Io(String, std::io::Error),
     /// Git failed to answer. EIO.
@@ -43,6 +56,11 @@ impl TreeError {
             Self::Loop(_) => libc::ELOOP,
             Self::Invalid(_) => libc::EINVAL,
             Self::ReadOnly(_) => libc::EROFS,
+            Self::Immutable(_) => libc::EPERM,
+            Self::Exists(_) => libc::EEXIST,
+            Self::NoSpace(_) => libc::ENOSPC,
+            Self::Deposit(_, e) => e.errno().unwrap_or(libc::EIO),
+            Self::Page(_, e) => e.errno(),
             Self::Io(_, e) => e.raw_os_error().unwrap_or(libc::EIO),
             Self::Git(..) => libc::EIO,
         }
@@ -56,6 +74,11 @@ impl TreeError {
             | Self::Loop(p)
             | Self::Invalid(p)
             | Self::ReadOnly(p)
+            | Self::Immutable(p)
+            | Self::Exists(p)
+            | Self::NoSpace(p)
+            | Self::Deposit(p, _)
+            | Self::Page(p, _)
             | Self::Io(p, _)
             | Self::Git(p, _) => p,
         }
@@ -77,6 +100,14 @@ impl std::fmt::Display for TreeError {
             Self::Loop(p) => write!(f, "{p}: is a symlink"),
             Self::Invalid(p) => write!(f, "{p}: not a symlink"),
             Self::ReadOnly(p) => write!(f, "{p}: read-only in this view"),
+            Self::Immutable(p) => write!(
+                f,
+                "{p}: a deposited message is immutable; to add something, deposit another"
+            ),
+            Self::Exists(p) => write!(f, "{p}: exists"),
+            Self::NoSpace(p) => write!(f, "{p}: too many messages being written at once"),
+            Self::Deposit(p, e) => write!(f, "{p}: deposit refused: {e}"),
+            Self::Page(p, e) => write!(f, "{p}: read_tool_output would refuse it: {e}"),
             Self::Io(p, e) => write!(f, "{p}: {e}"),
             Self::Git(p, e) => write!(f, "{p}: git: {e}"),
         }

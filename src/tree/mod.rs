@@ -16,6 +16,7 @@
 //! Nothing here caches content: every answer is read from disk or git when asked, so the
 //! view is as live as the kernel's TTLs allow.
 
+pub mod drafts;
 mod error;
 mod node;
 
@@ -33,15 +34,30 @@ use std::time::{Duration, SystemTime};
 use git2::{ObjectType, Oid};
 use parking_lot::Mutex;
 
+use crate::deposit::{DepositError, Depositor};
+use crate::paging::{Address, CaptureKey, PageCache, PageError, PageName, RecordPath, Stream};
 use crate::workspace::backing::{Backing, Stat};
 use crate::workspace::refs::{GitEntry, Refs, Snapshot};
-use crate::workspace::{AGENTS_DIR, Workspace, ids::is_component, inbox, steps};
+use crate::workspace::{AGENTS_DIR, STEPS_DIR, Workspace, ids::is_component, inbox, steps};
+use drafts::{Draft, DraftError, Drafts};
 
 /// Permission bits of what the view shows: records and git content are read-only.
 pub const FILE_PERM: u16 = 0o444;
 pub const EXEC_PERM: u16 = 0o555;
 pub const DIR_PERM: u16 = 0o555;
 pub const LINK_PERM: u16 = 0o777;
+/// An inbox directory that takes deposits, and a draft being written.
+pub const INBOX_DIR_PERM: u16 = 0o755;
+pub const DRAFT_PERM: u16 = 0o644;
+/// The default bound of the page cache (`--cache-bytes`).
+pub const DEFAULT_PAGE_CACHE_BYTES: usize = 64 << 20;
+/// Extended attributes of pages and streams.
+pub const XATTR_NEXT: &str = "user.litany.next";
+pub const XATTR_BANNER: &str = "user.litany.banner";
+pub const XATTR_LENGTH: &str = "user.litany.length";
+
+/// The longest file name a draft may have (as on ext4).
+pub const NAME_MAX: usize = 255;
 
 /// What kind of thing a node is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -56,8 +72,13 @@ pub enum Kind {
 /// the node itself.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Identity {
-    Backing { dev: u64, ino: u64 },
+    Backing {
+        dev: u64,
+        ino: u64,
+    },
     Virtual(Node),
+    /// A draft, by its number: it keeps its inode when renamed.
+    Draft(u64),
 }
 
 /// A node's attributes, in the view's terms.
@@ -88,6 +109,20 @@ pub enum Content {
     File(File),
     /// Bytes derived when the file was opened (git blobs, marks).
     Bytes(Arc<Vec<u8>>),
+    /// A message being written through the mount.
+    Draft(Arc<Draft>),
+    /// A whole decoded stream of a tool capture, read through the page cache.
+    Stream {
+        file: File,
+        key: CaptureKey,
+        stream: Stream,
+    },
+}
+
+/// What deposits through the mount need: the engine and who they come from.
+pub struct Deposits {
+    pub depositor: Depositor,
+    pub sender: String,
 }
 
 /// The virtual tree over one workspace.
@@ -99,6 +134,10 @@ pub struct Tree {
     /// What was last said about clashing names and unusable refs, so that each change
     /// is logged once rather than on every lookup.
     reported: Mutex<Reported>,
+    /// `None` when the mount refuses deposits.
+    deposits: Option<Deposits>,
+    drafts: Drafts,
+    pages: PageCache,
 }
 
 /// The clashing names and unusable refs last logged.
@@ -123,7 +162,30 @@ impl Tree {
             refs,
             born: SystemTime::now(),
             reported: Mutex::new(Default::default()),
+            deposits: None,
+            drafts: Drafts::default(),
+            pages: PageCache::new(DEFAULT_PAGE_CACHE_BYTES),
         })
+    }
+
+    /// Opens `inbox/<id>/` to deposits from `deposits.sender`.
+    pub fn with_deposits(mut self, deposits: Deposits) -> Self {
+        self.deposits = Some(deposits);
+        self
+    }
+
+    /// Bounds what the page cache keeps, in bytes.
+    pub fn with_cache_bytes(mut self, bytes: usize) -> Self {
+        self.pages = PageCache::new(bytes);
+        self
+    }
+
+    pub fn pages(&self) -> &PageCache {
+        &self.pages
+    }
+
+    pub fn deposits(&self) -> Option<&Deposits> {
+        self.deposits.as_ref()
     }
 
     pub fn workspace(&self) -> &Workspace {
@@ -182,6 +244,16 @@ impl Tree {
         }
     }
 
+    /// The attributes of backing node `rel`: those of its `stat`, with an inbox
+    /// directory writable when the mount takes deposits.
+    fn backing_node_attr(&self, rel: &Path, st: &Stat) -> Attr {
+        let mut attr = self.backing_attr(st);
+        if self.deposits.is_some() && attr.kind == Kind::Dir && inbox_agent_of(rel).is_some() {
+            attr.perm = INBOX_DIR_PERM;
+        }
+        attr
+    }
+
     /// The attributes of a backing file from its `stat`.
     pub fn backing_attr(&self, st: &Stat) -> Attr {
         let kind = if st.is_dir() {
@@ -236,7 +308,53 @@ impl Tree {
                 if !Area::of(rel).shows(rel, &st) {
                     return Err(TreeError::NotFound(node.path()));
                 }
-                Ok(self.backing_attr(&st))
+                Ok(self.backing_node_attr(rel, &st))
+            }
+            Node::Page(address) => {
+                let (file, key, st) = self.record(&address.record, node)?;
+                let page = self
+                    .pages
+                    .page(&file, key, address)
+                    .map_err(|e| self.page_error(node, e))?;
+                let mut a = self.virtual_attr(
+                    node,
+                    Kind::File,
+                    page.bytes.len() as u64,
+                    system_time(st.mtime),
+                );
+                a.ctime = system_time(st.ctime);
+                Ok(a)
+            }
+            Node::Stream { record, stream } => {
+                let (file, key, st) = self.record(record, node)?;
+                let len = self
+                    .pages
+                    .stream_len(&file, key, *stream)
+                    .map_err(|e| self.page_error(node, e))?;
+                let mut a = self.virtual_attr(node, Kind::File, len, system_time(st.mtime));
+                a.ctime = system_time(st.ctime);
+                Ok(a)
+            }
+            Node::Draft { id, .. } => {
+                let d = self
+                    .drafts
+                    .by_id(*id)
+                    .ok_or_else(|| TreeError::NotFound(node.path()))?;
+                let st = d.state.lock();
+                Ok(Attr {
+                    kind: Kind::File,
+                    size: st.buf.len() as u64,
+                    perm: if st.deposited.is_some() {
+                        FILE_PERM
+                    } else {
+                        st.perm
+                    },
+                    nlink: 1,
+                    mtime: st.mtime,
+                    ctime: st.ctime,
+                    atime: st.atime,
+                    identity: Identity::Draft(*id),
+                })
             }
             Node::MarkKind(kind) => {
                 if !snap.marks.contains_key(kind) {
@@ -341,7 +459,31 @@ impl Tree {
         };
         Ok(match parent {
             Node::Root => Node::top(name).ok_or_else(not_found)?,
-            Node::Backing(rel) => Node::Backing(rel.join(name)),
+            Node::Backing(rel) if tool_record(rel).is_some() && is_capture_name(name) => {
+                let record = tool_record(rel).ok_or_else(not_found)?;
+                let text = name.to_str().ok_or_else(not_found)?;
+                if let Some(stream) = Stream::parse(text) {
+                    Node::Stream { record, stream }
+                } else if let Some(page) = PageName::parse(text) {
+                    Node::Page(page.within(&record))
+                } else {
+                    let full = format!("{}/{text}", rel.display());
+                    return Err(match Address::parse(&full) {
+                        Err(e) => TreeError::Page(full, PageError::Malformed(e)),
+                        Ok(_) => not_found(),
+                    });
+                }
+            }
+            Node::Backing(rel) => {
+                match inbox_agent(parent).and_then(|a| self.drafts.get(a, name)) {
+                    Some(d) => Node::Draft {
+                        agent: d.agent.clone(),
+                        id: d.id,
+                        name: name.to_os_string(),
+                    },
+                    None => Node::Backing(rel.join(name)),
+                }
+            }
             Node::MarksRoot => Node::MarkKind(text()?.into()),
             Node::MarkKind(kind) => Node::Mark {
                 kind: kind.clone(),
@@ -360,7 +502,13 @@ impl Tree {
                 }
             }
             Node::NamesRoot => Node::Name(text()?.into()),
-            Node::Mark { .. } | Node::Name(_) => return Err(TreeError::NotDir(parent.path())),
+            Node::Mark { .. }
+            | Node::Name(_)
+            | Node::Draft { .. }
+            | Node::Page(_)
+            | Node::Stream { .. } => {
+                return Err(TreeError::NotDir(parent.path()));
+            }
         })
     }
 
@@ -395,11 +543,48 @@ impl Tree {
                     .collect();
                 entries.sort_by(|a, b| a.0.cmp(&b.0));
                 for (name, st) in entries {
+                    let child = rel.join(&name);
                     out.push(Child {
-                        node: Node::Backing(rel.join(&name)),
-                        attr: self.backing_attr(&st),
+                        attr: self.backing_node_attr(&child, &st),
+                        node: Node::Backing(child),
                         name,
                     });
+                }
+                if let Some(record) = tool_record(rel)
+                    && out
+                        .iter()
+                        .any(|c| c.name == crate::paging::address::OUTPUT_FILE)
+                {
+                    for stream in Stream::ALL {
+                        let node = Node::Stream {
+                            record: record.clone(),
+                            stream,
+                        };
+                        match self.getattr(&node) {
+                            Ok(attr) => out.push(Child {
+                                name: stream.as_str().into(),
+                                node,
+                                attr,
+                            }),
+                            Err(e) => log::debug!("{e}: its streams are not listed"),
+                        }
+                    }
+                }
+                if let Some(agent) = inbox_agent(node) {
+                    for d in self.drafts.listed(agent) {
+                        let name = d.name();
+                        if out.iter().any(|c| c.name == name) {
+                            continue;
+                        }
+                        let node = Node::Draft {
+                            agent: agent.to_string(),
+                            id: d.id,
+                            name: name.clone(),
+                        };
+                        if let Ok(attr) = self.getattr(&node) {
+                            out.push(Child { name, node, attr });
+                        }
+                    }
                 }
             }
             Node::MarksRoot => {
@@ -478,7 +663,13 @@ impl Tree {
                     self.push_virtual(&snap, &mut out, Node::Name(name.clone()), name);
                 }
             }
-            Node::Mark { .. } | Node::Name(_) => return Err(TreeError::NotDir(node.path())),
+            Node::Mark { .. }
+            | Node::Name(_)
+            | Node::Draft { .. }
+            | Node::Page(_)
+            | Node::Stream { .. } => {
+                return Err(TreeError::NotDir(node.path()));
+            }
         }
         Ok(out)
     }
@@ -550,6 +741,30 @@ impl Tree {
                 }
             }
             Node::Name(_) => Err(TreeError::Loop(node.path())),
+            Node::Draft { id, .. } => self
+                .drafts
+                .by_id(*id)
+                .map(Content::Draft)
+                .ok_or_else(|| TreeError::NotFound(node.path())),
+            Node::Page(address) => {
+                let (file, key, _) = self.record(&address.record, node)?;
+                let page = self
+                    .pages
+                    .page(&file, key, address)
+                    .map_err(|e| self.page_error(node, e))?;
+                Ok(Content::Bytes(Arc::new(page.bytes)))
+            }
+            Node::Stream { record, stream } => {
+                let (file, key, _) = self.record(record, node)?;
+                self.pages
+                    .stream_len(&file, key, *stream)
+                    .map_err(|e| self.page_error(node, e))?;
+                Ok(Content::Stream {
+                    file,
+                    key,
+                    stream: *stream,
+                })
+            }
             Node::Root
             | Node::MarksRoot
             | Node::MarkKind(_)
@@ -596,12 +811,430 @@ impl Tree {
         }
     }
 
+    /// The `output.json` named by `record`, opened beneath the root, with its cache key.
+    fn record(
+        &self,
+        record: &RecordPath,
+        node: &Node,
+    ) -> Result<(File, CaptureKey, Stat), TreeError> {
+        let rel = PathBuf::from(record.to_string());
+        let refuse = |e: std::io::Error| {
+            let e = PageError::NoRecord {
+                record: self.ws.root().join(&rel),
+                source: e,
+            };
+            TreeError::Page(node.path(), e)
+        };
+        let file = self.backing.open_file(&rel).map_err(refuse)?;
+        let st = crate::workspace::backing::fstat(&file).map_err(refuse)?;
+        let key = CaptureKey {
+            dev: st.dev,
+            ino: st.ino,
+            size: st.size,
+            mtime_ns: i128::from(st.mtime.0) * 1_000_000_000 + i128::from(st.mtime.1),
+        };
+        Ok((file, key, st))
+    }
+
+    fn page_error(&self, node: &Node, e: PageError) -> TreeError {
+        let record = match node {
+            Node::Page(a) => Some(a.record.to_string()),
+            Node::Stream { record, .. } => Some(record.to_string()),
+            _ => None,
+        };
+        let e = match record {
+            Some(r) => e.with_record(&self.ws.root().join(r)),
+            None => e,
+        };
+        TreeError::Page(node.path(), e)
+    }
+
+    /// Reads `len` bytes at `offset` of a whole-stream file.
+    pub fn read_stream(
+        &self,
+        content: &Content,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, PageError> {
+        match content {
+            Content::Stream { file, key, stream } => {
+                self.pages.read(file, *key, *stream, offset, len)
+            }
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    /// The extended attributes of `node`: on a page, the tool's banner, the stream's
+    /// length and (unless the page ends the stream) the next address; on a stream, its
+    /// length; on an `output.json`, the length of each stream.
+    pub fn xattrs(&self, node: &Node) -> Result<Vec<(String, Vec<u8>)>, TreeError> {
+        let mut out = Vec::new();
+        match node {
+            Node::Page(address) => {
+                let (file, key, _) = self.record(&address.record, node)?;
+                let page = self
+                    .pages
+                    .page(&file, key, address)
+                    .map_err(|e| self.page_error(node, e))?;
+                if let Some(next) = &page.next {
+                    out.push((XATTR_NEXT.into(), next.to_string().into_bytes()));
+                }
+                out.push((
+                    XATTR_BANNER.into(),
+                    page.banner.trim_end_matches('\n').as_bytes().to_vec(),
+                ));
+                out.push((XATTR_LENGTH.into(), page.len.to_string().into_bytes()));
+            }
+            Node::Stream { record, stream } => {
+                let (file, key, _) = self.record(record, node)?;
+                let len = self
+                    .pages
+                    .stream_len(&file, key, *stream)
+                    .map_err(|e| self.page_error(node, e))?;
+                out.push((XATTR_LENGTH.into(), len.to_string().into_bytes()));
+            }
+            Node::Backing(rel) => {
+                if let Some(record) = rel.parent().and_then(tool_record)
+                    && rel
+                        .file_name()
+                        .is_some_and(|n| n == crate::paging::address::OUTPUT_FILE)
+                {
+                    let (file, key, _) = self.record(&record, node)?;
+                    for stream in Stream::ALL {
+                        if let Ok(len) = self.pages.stream_len(&file, key, stream) {
+                            out.push((
+                                format!("{XATTR_LENGTH}.{stream}"),
+                                len.to_string().into_bytes(),
+                            ));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(out)
+    }
+
+    fn deposits_for<'a>(
+        &'a self,
+        parent: &'a Node,
+        name: &OsStr,
+    ) -> Result<(&'a Deposits, &'a str), TreeError> {
+        let agent = inbox_agent(parent).ok_or_else(|| TreeError::ReadOnly(parent.join(name)))?;
+        let deposits = self
+            .deposits
+            .as_ref()
+            .ok_or_else(|| TreeError::ReadOnly(parent.join(name)))?;
+        Ok((deposits, agent))
+    }
+
+    /// Creates a draft `name` in inbox directory `parent`: a message to be deposited when
+    /// its writer closes it (or private scratch, for a dot-prefixed name).
+    pub fn create(&self, parent: &Node, name: &OsStr) -> Result<(Node, Attr), TreeError> {
+        let (deposits, agent) = self.deposits_for(parent, name)?;
+        let path = parent.join(name);
+        let bytes = name.as_bytes();
+        if bytes.is_empty() || bytes == b"." || bytes == b".." || bytes.contains(&b'/') {
+            return Err(TreeError::Invalid(path));
+        }
+        if bytes.len() > NAME_MAX {
+            let e = std::io::Error::from_raw_os_error(libc::ENAMETOOLONG);
+            return Err(TreeError::Io(path, e));
+        }
+        if let Node::Backing(rel) = parent
+            && self.getattr(&Node::Backing(rel.join(name))).is_ok()
+        {
+            return Err(TreeError::Exists(path));
+        }
+        if !drafts::is_private(name) {
+            deposits
+                .depositor
+                .check_recipient(agent)
+                .map_err(|e| TreeError::Deposit(path.clone(), e))?;
+        }
+        let d = self
+            .drafts
+            .create(agent, name, DRAFT_PERM)
+            .map_err(|e| match e {
+                DraftError::Exists => TreeError::Exists(path.clone()),
+                DraftError::Full => TreeError::NoSpace(path.clone()),
+            })?;
+        let node = Node::Draft {
+            agent: agent.to_string(),
+            id: d.id,
+            name: name.to_os_string(),
+        };
+        let attr = self.getattr(&node)?;
+        Ok((node, attr))
+    }
+
+    fn draft(&self, node: &Node) -> Result<Arc<Draft>, TreeError> {
+        match node {
+            Node::Draft { id, .. } => self
+                .drafts
+                .by_id(*id)
+                .ok_or_else(|| TreeError::NotFound(node.path())),
+            _ => Err(self.refusal(node)),
+        }
+    }
+
+    /// Why a change to a node that is not a draft is refused: a deposit is immutable,
+    /// everything else read-only.
+    pub fn refusal(&self, node: &Node) -> TreeError {
+        match node {
+            Node::Backing(rel)
+                if self.deposits.is_some() && rel.parent().and_then(inbox_agent_of).is_some() =>
+            {
+                TreeError::Immutable(node.path())
+            }
+            _ => TreeError::ReadOnly(node.path()),
+        }
+    }
+
+    fn max_message_bytes(&self) -> u64 {
+        self.deposits
+            .as_ref()
+            .map_or(0, |d| d.depositor.max_message_bytes() as u64)
+    }
+
+    /// Opens `node` for writing: only a draft that is not yet deposited can be.
+    pub fn open_write(&self, node: &Node, truncate: bool) -> Result<Content, TreeError> {
+        let d = self.draft(node)?;
+        {
+            let mut st = d.state.lock();
+            if st.deposited.is_some() {
+                return Err(TreeError::Immutable(node.path()));
+            }
+            if truncate && !st.buf.is_empty() {
+                st.buf.clear();
+                st.dirty = true;
+                st.mtime = SystemTime::now();
+            }
+        }
+        Ok(Content::Draft(d))
+    }
+
+    /// Writes `data` at `offset` into a draft; refuses past the size limit (EFBIG).
+    pub fn write(&self, node: &Node, offset: u64, data: &[u8]) -> Result<usize, TreeError> {
+        let d = self.draft(node)?;
+        let max = self.max_message_bytes();
+        let mut st = d.state.lock();
+        if st.deposited.is_some() {
+            return Err(TreeError::Immutable(node.path()));
+        }
+        let end = offset.saturating_add(data.len() as u64);
+        if end > max {
+            let e = DepositError::TooLarge { len: end, max };
+            return Err(TreeError::Deposit(node.path(), e));
+        }
+        let (start, end) = (offset as usize, end as usize);
+        if st.buf.len() < end {
+            st.buf.resize(end, 0);
+        }
+        st.buf[start..end].copy_from_slice(data);
+        st.dirty = true;
+        st.mtime = SystemTime::now();
+        st.ctime = st.mtime;
+        Ok(data.len())
+    }
+
+    /// Deposits a draft's content if it has unsaved bytes (each `close(2)` asks, and hears
+    /// the answer). An empty or private draft deposits nothing.
+    pub fn flush(&self, node: &Node) -> Result<(), TreeError> {
+        let Node::Draft { .. } = node else {
+            return Ok(());
+        };
+        let d = self.draft(node)?;
+        if d.is_private() {
+            return Ok(());
+        }
+        let Some(deposits) = self.deposits.as_ref() else {
+            return Err(TreeError::ReadOnly(node.path()));
+        };
+        // The draft stays locked across the deposit, so two closes of one message (dup'd
+        // descriptors) can never deposit it twice.
+        let mut st = d.state.lock();
+        if st.deposited.is_some() || !st.dirty || st.buf.is_empty() {
+            return Ok(());
+        }
+        st.dirty = false;
+        match deposits
+            .depositor
+            .deposit(&d.agent, &deposits.sender, &st.buf)
+        {
+            Ok(done) => {
+                log::info!(
+                    "{}: deposited as {} ({} bytes, wake: {:?})",
+                    node.path(),
+                    done.published.path.display(),
+                    st.buf.len(),
+                    done.wake
+                );
+                st.deposited = Some(done.published);
+                st.last_used = std::time::Instant::now();
+                Ok(())
+            }
+            Err(DepositError::Empty) => Ok(()),
+            Err(e) => Err(TreeError::Deposit(node.path(), e)),
+        }
+    }
+
+    /// The last handle on a draft closed: deposit what no flush did (errors can only be
+    /// logged now), and start the alias grace.
+    pub fn release(&self, node: &Node) {
+        if let Err(e) = self.flush(node) {
+            log::warn!("{e} (at release; the writer was not told)");
+        }
+        if let Ok(d) = self.draft(node) {
+            d.state.lock().last_used = std::time::Instant::now();
+        }
+    }
+
+    /// `truncate`/`ftruncate` of a draft.
+    pub fn set_size(&self, node: &Node, size: u64) -> Result<(), TreeError> {
+        let d = self.draft(node)?;
+        let max = self.max_message_bytes();
+        let mut st = d.state.lock();
+        if st.deposited.is_some() {
+            return Err(TreeError::Immutable(node.path()));
+        }
+        if size > max {
+            let e = DepositError::TooLarge { len: size, max };
+            return Err(TreeError::Deposit(node.path(), e));
+        }
+        if st.buf.len() as u64 != size {
+            st.buf.resize(size as usize, 0);
+            st.dirty = true;
+            st.mtime = SystemTime::now();
+        }
+        Ok(())
+    }
+
+    /// Times and mode of a draft (kept in memory; a deposit's real file is not touched).
+    pub fn set_meta(
+        &self,
+        node: &Node,
+        atime: Option<SystemTime>,
+        mtime: Option<SystemTime>,
+        perm: Option<u16>,
+    ) -> Result<(), TreeError> {
+        let d = self.draft(node)?;
+        let mut st = d.state.lock();
+        if let Some(t) = atime {
+            st.atime = t;
+        }
+        if let Some(t) = mtime {
+            st.mtime = t;
+        }
+        if let Some(p) = perm {
+            st.perm = p & 0o7777;
+        }
+        st.ctime = SystemTime::now();
+        st.last_used = std::time::Instant::now();
+        Ok(())
+    }
+
+    /// A node in `parent` that exists, or why not.
+    fn existing(&self, parent: &Node, name: &OsStr) -> Result<Node, TreeError> {
+        let c = self.child(parent, name)?;
+        self.getattr(&c)?;
+        Ok(c)
+    }
+
+    /// Removes draft `name` from inbox directory `parent`. A deposit already made stays.
+    pub fn unlink(&self, parent: &Node, name: &OsStr) -> Result<(), TreeError> {
+        let (_, agent) = self.deposits_for(parent, name)?;
+        if self.drafts.remove(agent, name).is_some() {
+            return Ok(());
+        }
+        Err(self.refusal(&self.existing(parent, name)?))
+    }
+
+    /// Renames a draft within one inbox. A private draft renamed to a public name is
+    /// deposited then (editors that save through a temp file and a rename).
+    pub fn rename(
+        &self,
+        parent: &Node,
+        name: &OsStr,
+        newparent: &Node,
+        newname: &OsStr,
+    ) -> Result<(), TreeError> {
+        let (_, agent) = self.deposits_for(parent, name)?;
+        let Some(d) = self.drafts.get(agent, name) else {
+            return Err(self.refusal(&self.existing(parent, name)?));
+        };
+        if inbox_agent(newparent) != Some(agent) {
+            let e = std::io::Error::from_raw_os_error(libc::EXDEV);
+            return Err(TreeError::Io(newparent.join(newname), e));
+        }
+        if let Node::Backing(rel) = newparent
+            && self.getattr(&Node::Backing(rel.join(newname))).is_ok()
+        {
+            return Err(TreeError::Immutable(newparent.join(newname)));
+        }
+        self.drafts.rename(agent, name, newname);
+        if drafts::is_private(name) && !drafts::is_private(newname) {
+            d.state.lock().dirty = true;
+            let node = Node::Draft {
+                agent: agent.to_string(),
+                id: d.id,
+                name: newname.to_os_string(),
+            };
+            self.flush(&node)?;
+        }
+        Ok(())
+    }
+
     /// The backing path of a node that has one (for logs and tests).
     pub fn backing_path(&self, node: &Node) -> Option<PathBuf> {
         match node {
             Node::Backing(rel) => Some(self.ws.root().join(rel)),
             _ => None,
         }
+    }
+}
+
+/// The record a tool directory (`steps/<id>/<NNN>/tools/<tool-id>`) holds, if `rel` is
+/// one; the page grammar decides what a valid one is.
+fn tool_record(rel: &Path) -> Option<RecordPath> {
+    let parts: Vec<&str> = rel
+        .components()
+        .map(|c| c.as_os_str().to_str())
+        .collect::<Option<_>>()?;
+    match parts.as_slice() {
+        [steps, agent, step, tools, tool]
+            if *steps == STEPS_DIR && *tools == crate::paging::address::TOOLS_DIR =>
+        {
+            RecordPath::new(agent, step, tool)
+        }
+        _ => None,
+    }
+}
+
+/// Whether a name in a tool directory is one the paging layer answers: a stream file,
+/// or anything shaped like a page (`output.json#...`).
+fn is_capture_name(name: &OsStr) -> bool {
+    let b = name.as_bytes();
+    Stream::ALL.iter().any(|s| s.as_str().as_bytes() == b)
+        || (b.starts_with(crate::paging::address::OUTPUT_FILE.as_bytes()) && b.contains(&b'#'))
+}
+
+/// The agent whose inbox directory `node` is, if it is one.
+fn inbox_agent(node: &Node) -> Option<&str> {
+    match node {
+        Node::Backing(rel) => inbox_agent_of(rel),
+        _ => None,
+    }
+}
+
+/// The agent whose inbox directory the workspace-relative `rel` is (`inbox/<id>`).
+fn inbox_agent_of(rel: &Path) -> Option<&str> {
+    let mut parts = rel.components();
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(first), Some(id), None) if first.as_os_str() == crate::workspace::INBOX_DIR => {
+            id.as_os_str().to_str()
+        }
+        _ => None,
     }
 }
 

@@ -3,6 +3,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use crate::paging::{Address, RecordPath, Stream};
 use crate::workspace::{AGENTS_DIR, INBOX_DIR, STEPS_DIR};
 
 /// The virtual directory of marks (`marks/<kind>/<id>`).
@@ -34,6 +35,20 @@ pub enum Node {
     },
     NamesRoot,
     Name(String),
+    /// A message being written in `inbox/<agent>/` (see [`super::drafts`]); `name` is
+    /// the name it was created with, for log lines.
+    Draft {
+        agent: String,
+        id: u64,
+        name: std::ffi::OsString,
+    },
+    /// `output.json#<stream>@<offset>`: one page of a tool capture, never listed.
+    Page(Address),
+    /// `stdout`/`stderr` beside an `output.json`: the whole decoded stream.
+    Stream {
+        record: RecordPath,
+        stream: Stream,
+    },
 }
 
 /// The backing areas, each with its own rule for what is shown.
@@ -80,6 +95,15 @@ impl Node {
             Node::Agent { id, path } => format!("{AGENTS_DIR}/{id}/{}", path.join("/")),
             Node::NamesRoot => NAMES_DIR.into(),
             Node::Name(n) => format!("{NAMES_DIR}/{n}"),
+            Node::Page(address) => address.to_string(),
+            Node::Stream { record, stream } => {
+                let record = record.to_string();
+                let dir = record.rsplit_once('/').map_or("", |(d, _)| d);
+                format!("{dir}/{stream}")
+            }
+            Node::Draft { agent, name, .. } => {
+                format!("{INBOX_DIR}/{agent}/{}", name.to_string_lossy())
+            }
         }
     }
 

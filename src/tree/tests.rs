@@ -60,6 +60,8 @@ fn read(tree: &Tree, path: &str) -> Vec<u8> {
             std::io::Read::read_to_end(&mut f, &mut v).unwrap();
             v
         }
+        Content::Draft(d) => d.state.lock().buf.clone(),
+        c @ Content::Stream { .. } => tree.read_stream(&c, 0, u64::MAX).unwrap(),
     }
 }
 

@@ -733,8 +733,13 @@ pub fn workspace_processes(ws: &Path) -> Vec<u32> {
         if pid == me {
             continue;
         }
+        // A litanyfs daemon serving the workspace is not the harness at work.
         if let Ok(cmdline) = std::fs::read(e.path().join("cmdline"))
             && cmdline.split(|b| *b == 0).any(|arg| arg == needle)
+            && !cmdline
+                .split(|b| *b == 0)
+                .next()
+                .is_some_and(|a| a.ends_with(b"litanyfs"))
         {
             pids.push(pid);
         }

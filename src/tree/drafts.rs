@@ -1,0 +1,256 @@
+//! Drafts: files being written in `inbox/<id>/` through the mount.
+//!
+//! A file created in an inbox is not a backing file: it is a message being written, held
+//! in memory until the writer closes it, then deposited as `<sender>-<NNN>.md` by the
+//! [`Depositor`](crate::deposit::Depositor). Nothing touches the real inbox before that, so
+//! no drain, reader or `litany scan` can see half a message, and a daemon killed mid-write
+//! loses only what was never closed.
+//!
+//! A draft moves through three states:
+//! - *writing*: writes, truncates and time changes apply to the buffer;
+//! - *deposited*: the content is in the real inbox and immutable. The writer's name stays
+//!   resolvable as an alias for [`ALIAS_GRACE`] after its last use (so `cp -p` can set
+//!   times after closing), but is no longer listed: the real `<sender>-<NNN>.md` is;
+//! - *private*: a name starting with `.` (editor swap, backup and temp files) is scratch
+//!   space that lives only in the mount and is never deposited. Renaming a private draft
+//!   to a public name deposits it, which is how editors that save atomically publish.
+//!
+//! An empty draft is never deposited (vim's `4913` probe is one).
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::Mutex;
+
+use crate::deposit::Published;
+
+/// How long a deposited draft's name stays resolvable after its last use.
+pub const ALIAS_GRACE: Duration = Duration::from_secs(5);
+/// The most drafts held at once; past it, creating one fails with `ENOSPC`.
+pub const MAX_DRAFTS: usize = 1024;
+
+/// What a draft holds now.
+#[derive(Debug, Clone)]
+pub struct DraftState {
+    pub buf: Vec<u8>,
+    /// Bytes written since the last deposit attempt.
+    pub dirty: bool,
+    pub deposited: Option<Published>,
+    pub mtime: SystemTime,
+    pub atime: SystemTime,
+    pub ctime: SystemTime,
+    pub perm: u16,
+    /// When the last handle on it was released, for the alias grace.
+    pub last_used: Instant,
+}
+
+#[derive(Debug)]
+pub struct Draft {
+    pub id: u64,
+    pub agent: String,
+    name: Mutex<OsString>,
+    pub state: Mutex<DraftState>,
+}
+
+impl Draft {
+    pub fn name(&self) -> OsString {
+        self.name.lock().clone()
+    }
+
+    /// Private scratch: a dot-prefixed name is never deposited.
+    pub fn is_private(&self) -> bool {
+        is_private(&self.name.lock())
+    }
+
+    /// Whether the name is still resolvable: not deposited, or deposited within the grace.
+    fn resolvable(&self, now: Instant) -> bool {
+        let st = self.state.lock();
+        st.deposited.is_none() || now.duration_since(st.last_used) < ALIAS_GRACE
+    }
+
+    /// Whether listings show it: only until it is deposited.
+    pub fn listed(&self) -> bool {
+        self.state.lock().deposited.is_none()
+    }
+}
+
+/// Whether `name` is private scratch space.
+pub fn is_private(name: &OsStr) -> bool {
+    name.as_encoded_bytes().starts_with(b".")
+}
+
+/// The drafts of every inbox, by agent and name.
+#[derive(Default)]
+pub struct Drafts {
+    next: AtomicU64,
+    by_name: Mutex<HashMap<(String, OsString), Arc<Draft>>>,
+    by_id: Mutex<HashMap<u64, Arc<Draft>>>,
+}
+
+/// Why a draft could not be made.
+#[derive(Debug, PartialEq, Eq)]
+pub enum DraftError {
+    Exists,
+    Full,
+}
+
+impl Drafts {
+    /// A new, empty draft `name` in `agent`'s inbox.
+    pub fn create(&self, agent: &str, name: &OsStr, perm: u16) -> Result<Arc<Draft>, DraftError> {
+        self.expire();
+        let mut by_name = self.by_name.lock();
+        let key = (agent.to_string(), name.to_os_string());
+        if by_name.contains_key(&key) {
+            return Err(DraftError::Exists);
+        }
+        if by_name.len() >= MAX_DRAFTS {
+            return Err(DraftError::Full);
+        }
+        let now = SystemTime::now();
+        let draft = Arc::new(Draft {
+            id: self.next.fetch_add(1, Ordering::Relaxed) + 1,
+            agent: agent.to_string(),
+            name: Mutex::new(name.to_os_string()),
+            state: Mutex::new(DraftState {
+                buf: Vec::new(),
+                dirty: false,
+                deposited: None,
+                mtime: now,
+                atime: now,
+                ctime: now,
+                perm,
+                last_used: Instant::now(),
+            }),
+        });
+        by_name.insert(key, draft.clone());
+        self.by_id.lock().insert(draft.id, draft.clone());
+        Ok(draft)
+    }
+
+    /// The draft `name` in `agent`'s inbox, if it is still resolvable.
+    pub fn get(&self, agent: &str, name: &OsStr) -> Option<Arc<Draft>> {
+        let d = self
+            .by_name
+            .lock()
+            .get(&(agent.to_string(), name.to_os_string()))
+            .cloned()?;
+        d.resolvable(Instant::now()).then_some(d)
+    }
+
+    pub fn by_id(&self, id: u64) -> Option<Arc<Draft>> {
+        let d = self.by_id.lock().get(&id).cloned()?;
+        d.resolvable(Instant::now()).then_some(d)
+    }
+
+    /// The drafts a listing of `agent`'s inbox shows.
+    pub fn listed(&self, agent: &str) -> Vec<Arc<Draft>> {
+        self.expire();
+        self.by_name
+            .lock()
+            .iter()
+            .filter(|((a, _), d)| a == agent && d.listed())
+            .map(|(_, d)| d.clone())
+            .collect()
+    }
+
+    /// Removes draft `name`; its content goes with it (a deposit already made stays).
+    pub fn remove(&self, agent: &str, name: &OsStr) -> Option<Arc<Draft>> {
+        let d = self
+            .by_name
+            .lock()
+            .remove(&(agent.to_string(), name.to_os_string()))?;
+        self.by_id.lock().remove(&d.id);
+        Some(d)
+    }
+
+    /// Renames a draft within one inbox, replacing a draft of the target name.
+    pub fn rename(&self, agent: &str, from: &OsStr, to: &OsStr) -> Option<Arc<Draft>> {
+        let mut by_name = self.by_name.lock();
+        let d = by_name.remove(&(agent.to_string(), from.to_os_string()))?;
+        if let Some(old) = by_name.insert((agent.to_string(), to.to_os_string()), d.clone()) {
+            self.by_id.lock().remove(&old.id);
+        }
+        *d.name.lock() = to.to_os_string();
+        Some(d)
+    }
+
+    /// Forgets aliases whose grace has passed.
+    fn expire(&self) {
+        let now = Instant::now();
+        let mut gone = Vec::new();
+        self.by_name.lock().retain(|_, d| {
+            let keep = d.resolvable(now);
+            if !keep {
+                gone.push(d.id);
+            }
+            keep
+        });
+        let mut by_id = self.by_id.lock();
+        for id in gone {
+            by_id.remove(&id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_get_rename_remove() {
+        let d = Drafts::default();
+        let a = d.create("x", OsStr::new("note"), 0o644).unwrap();
+        assert_eq!(
+            d.create("x", OsStr::new("note"), 0o644).unwrap_err(),
+            DraftError::Exists
+        );
+        assert!(d.create("y", OsStr::new("note"), 0o644).is_ok());
+        assert_eq!(d.get("x", OsStr::new("note")).unwrap().id, a.id);
+        assert_eq!(d.listed("x").len(), 1);
+        let p = d.create("x", OsStr::new(".note.swp"), 0o644).unwrap();
+        assert!(p.is_private() && !a.is_private());
+        d.rename("x", OsStr::new(".note.swp"), OsStr::new("note"));
+        assert_eq!(d.get("x", OsStr::new("note")).unwrap().id, p.id);
+        assert!(d.by_id(a.id).is_none(), "the replaced draft is gone");
+        assert!(!d.get("x", OsStr::new("note")).unwrap().is_private());
+        d.remove("x", OsStr::new("note"));
+        assert!(d.get("x", OsStr::new("note")).is_none());
+    }
+
+    #[test]
+    fn deposited_drafts_are_unlisted_aliases_until_the_grace_passes() {
+        let d = Drafts::default();
+        let a = d.create("x", OsStr::new("note"), 0o644).unwrap();
+        {
+            let mut st = a.state.lock();
+            st.deposited = Some(Published {
+                name: "user-001.md".into(),
+                path: "/w/inbox/x/user-001.md".into(),
+                dev: 1,
+                ino: 2,
+            });
+            st.last_used = Instant::now();
+        }
+        assert!(d.listed("x").is_empty());
+        assert!(d.get("x", OsStr::new("note")).is_some());
+        a.state.lock().last_used = Instant::now() - ALIAS_GRACE - Duration::from_millis(1);
+        assert!(d.get("x", OsStr::new("note")).is_none());
+        assert!(d.listed("x").is_empty());
+        assert!(d.by_id(a.id).is_none());
+    }
+
+    #[test]
+    fn the_number_of_drafts_is_bounded() {
+        let d = Drafts::default();
+        for i in 0..MAX_DRAFTS {
+            d.create("x", OsStr::new(&format!("n{i}")), 0o644).unwrap();
+        }
+        assert_eq!(
+            d.create("x", OsStr::new("one-more"), 0o644).unwrap_err(),
+            DraftError::Full
+        );
+    }
+}

@@ -1,0 +1,472 @@
+//! Deposits through the mount with every common writer, and every refusal at the call
+//! that caused it. Fixture workspaces, mounted with `--no-wake` (no harness to wake).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::mount::{Mounted, eventually};
+use litanyfs::fixture::Fixture;
+use litanyfs::workspace::refs::Flavour;
+
+const A: &str = "20261202T094226Z-0122ccc2";
+const B: &str = "20261202T094227Z-0abc0def";
+
+struct Ws {
+    _t: tempfile::TempDir,
+    f: Fixture,
+}
+
+fn workspace() -> Ws {
+    let t = tempfile::tempdir().unwrap();
+    let f = Fixture::create(&t.path().join("ws"), Flavour::Litany).unwrap();
+    f.agent(A, Some("Alpha"), &[]).unwrap();
+    f.agent(B, Some("Beta"), &[]).unwrap();
+    std::fs::create_dir_all(f.inbox(A)).unwrap();
+    std::fs::create_dir_all(f.inbox(B)).unwrap();
+    Ws { _t: t, f }
+}
+
+fn mount(w: &Ws, extra: &[&str]) -> Mounted {
+    let mut args = vec!["--no-wake"];
+    args.extend_from_slice(extra);
+    Mounted::with_args(w.f.root(), &args)
+}
+
+/// The real inbox's deposits, as (name, bytes).
+fn deposits(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| {
+            (
+                e.file_name().into_string().unwrap(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn names(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect()
+}
+
+/// Splits a deposit into its frontmatter lines and its content.
+fn split(bytes: &[u8]) -> (Vec<String>, Vec<u8>) {
+    let text = std::str::from_utf8(bytes).unwrap();
+    let rest = text.strip_prefix("---\n").expect("frontmatter");
+    let (front, content) = rest.split_once("---\n").expect("closing ---");
+    (
+        front.lines().map(String::from).collect(),
+        content.as_bytes().to_vec(),
+    )
+}
+
+fn sh(cmd: &str) -> std::process::Output {
+    Command::new("sh").arg("-c").arg(cmd).output().unwrap()
+}
+
+/// Runs `write` (which writes `content` to the given mount path) and checks that exactly
+/// one deposit with that content appeared, stamped by `user`.
+fn check_writer(
+    m: &Mounted,
+    w: &Ws,
+    name: &str,
+    content: &[u8],
+    write: impl FnOnce(&Path),
+) -> String {
+    let real = w.f.inbox(A);
+    let before = deposits(&real);
+    let target = m.path(&format!("inbox/{A}/{name}"));
+    write(&target);
+    let after = deposits(&real);
+    let new: Vec<_> = after.iter().filter(|d| !before.contains(d)).collect();
+    assert_eq!(new.len(), 1, "{name}: {new:?}");
+    let (file, bytes) = new[0];
+    let (front, body) = split(bytes);
+    assert_eq!(body, content, "{name}");
+    assert_eq!(front[0], "from: user", "{name}");
+    assert!(
+        front[1].starts_with("deposited_at: ") && front[1].ends_with('Z') && front[1].len() == 34,
+        "{front:?}"
+    );
+    assert_eq!(front.len(), 2);
+    assert!(
+        litanyfs::workspace::inbox::pending_sender(file) == Some("user"),
+        "{file}"
+    );
+    // The listing shows the deposit, not the writer's name.
+    let listed = names(&m.path(&format!("inbox/{A}")));
+    assert!(listed.contains(file.as_str()), "{listed:?}");
+    if name != file {
+        assert!(!listed.contains(name), "{name} still listed: {listed:?}");
+    }
+    assert!(!real.join(name).exists() || name == file);
+    file.clone()
+}
+
+#[test]
+fn every_common_writer_deposits_exactly_once() {
+    let w = workspace();
+    let m = mount(&w, &[]);
+    let t = tempfile::tempdir().unwrap();
+    let mut results = Vec::new();
+
+    let mut run = |label: &str, name: &str, content: &[u8], f: &dyn Fn(&Path)| {
+        let file = check_writer(&m, &w, name, content, f);
+        results.push(format!("{label} -> {file}"));
+    };
+    run("echo >", "echo.txt", b"from echo\n", &|p| {
+        assert!(
+            sh(&format!("echo 'from echo' > '{}'", p.display()))
+                .status
+                .success()
+        )
+    });
+    run("printf >", "printf.txt", b"from printf", &|p| {
+        assert!(
+            sh(&format!("printf 'from printf' > '{}'", p.display()))
+                .status
+                .success()
+        )
+    });
+    run("cat >", "cat.txt", b"from cat\nline 2\n", &|p| {
+        let mut c = Command::new("sh")
+            .arg("-c")
+            .arg(format!("cat > '{}'", p.display()))
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin
+            .take()
+            .unwrap()
+            .write_all(b"from cat\nline 2\n")
+            .unwrap();
+        assert!(c.wait().unwrap().success());
+    });
+    run("tee", "tee.txt", b"from tee\n", &|p| {
+        assert!(
+            sh(&format!(
+                "echo 'from tee' | tee '{}' > /dev/null",
+                p.display()
+            ))
+            .status
+            .success()
+        )
+    });
+    let src = t.path().join("src.md");
+    std::fs::write(&src, "from cp\n").unwrap();
+    run("cp", "cp.md", b"from cp\n", &|p| {
+        assert!(
+            sh(&format!("cp '{}' '{}'", src.display(), p.display()))
+                .status
+                .success()
+        )
+    });
+    run("cp -p", "cp-p.md", b"from cp\n", &|p| {
+        let out = sh(&format!("cp -p '{}' '{}'", src.display(), p.display()));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    let mv_src = t.path().join("mv.md");
+    run("mv (other fs)", "mv.md", b"from mv\n", &|p| {
+        std::fs::write(&mv_src, "from mv\n").unwrap();
+        let out = sh(&format!("mv '{}' '{}'", mv_src.display(), p.display()));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!mv_src.exists());
+    });
+    run("dd", "dd.bin", b"from dd\n", &|p| {
+        let out = sh(&format!(
+            "printf 'from dd\\n' | dd of='{}' status=none",
+            p.display()
+        ));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    run(
+        "python open('w')",
+        "py.txt",
+        "from python ✓\n".as_bytes(),
+        &|p| {
+            let out = Command::new("python3")
+            .arg("-c")
+            .arg("import sys\nwith open(sys.argv[1], 'w') as f:\n    f.write('from python ✓\\n')\n")
+            .arg(p)
+            .output()
+            .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        },
+    );
+    run("vim :w", "vim-note", b"from vim\n", &|p| {
+        let out = Command::new("vim")
+            .args([
+                "-u",
+                "NONE",
+                "-i",
+                "NONE",
+                "-c",
+                "call setline(1, 'from vim')",
+                "-c",
+                "wq",
+            ])
+            .arg(p)
+            .env("TERM", "dumb")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "vim: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    });
+    run("nano save", "nano-note", b"from nano\n", &|p| {
+        nano_write(p, "from nano")
+    });
+    eprintln!("{}", results.join("\n"));
+    // Nothing private or temporary reached the real inbox.
+    for (name, _) in deposits(&w.f.inbox(A)) {
+        assert!(
+            litanyfs::workspace::inbox::pending_sender(&name).is_some(),
+            "{name}"
+        );
+    }
+    assert_eq!(deposits(&w.f.inbox(A)).len(), 11);
+}
+
+fn nano_write(path: &Path, text: &str) {
+    let session = format!("litanyfs-nano-{}", std::process::id());
+    let tmux = |args: &[&str]| Command::new("tmux").args(args).output().unwrap();
+    let cmd = format!("nano '{}'", path.display());
+    assert!(
+        tmux(&[
+            "new-session",
+            "-d",
+            "-s",
+            &session,
+            "-x",
+            "80",
+            "-y",
+            "24",
+            &cmd
+        ])
+        .status
+        .success()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    tmux(&["send-keys", "-t", &session, text]);
+    tmux(&["send-keys", "-t", &session, "C-o"]);
+    std::thread::sleep(Duration::from_millis(300));
+    tmux(&["send-keys", "-t", &session, "Enter"]);
+    std::thread::sleep(Duration::from_millis(500));
+    tmux(&["send-keys", "-t", &session, "C-x"]);
+    let gone = eventually(Duration::from_secs(5), || {
+        !tmux(&["has-session", "-t", &session]).status.success()
+    });
+    if !gone {
+        tmux(&["kill-session", "-t", &session]);
+    }
+    assert!(gone, "nano did not exit");
+}
+
+#[test]
+fn refusals_reach_the_call_that_caused_them() {
+    let w = workspace();
+    let m = mount(&w, &["--max-message-bytes", "1000"]);
+    let dir = m.path(&format!("inbox/{A}"));
+    let errno = |r: std::io::Result<()>| r.unwrap_err().raw_os_error();
+    // Not UTF-8: close (flush) says EILSEQ, and nothing is deposited.
+    let mut f = std::fs::File::create(dir.join("bad")).unwrap();
+    f.write_all(&[0xff, 0xfe, b'x']).unwrap();
+    let c = Command::new("python3")
+        .arg("-c")
+        .arg("import sys,errno\nf=open(sys.argv[1],'wb')\nf.write(b'\\xff\\xfe')\ntry:\n    f.close()\nexcept OSError as e:\n    sys.exit(0 if e.errno==errno.EILSEQ else 3)\nsys.exit(4)")
+        .arg(dir.join("bad2"))
+        .status()
+        .unwrap();
+    assert_eq!(c.code(), Some(0), "python close() should raise EILSEQ");
+    drop(f);
+    // Too big: the write that crosses the limit says EFBIG.
+    let mut f = std::fs::File::create(dir.join("big")).unwrap();
+    assert_eq!(
+        f.write_all(&[b'a'; 1001]).unwrap_err().raw_os_error(),
+        Some(libc::EFBIG)
+    );
+    drop(f);
+    assert!(
+        deposits(&w.f.inbox(A)).is_empty(),
+        "{:?}",
+        deposits(&w.f.inbox(A))
+    );
+    // A directory that names no agent: ENOENT at create, and nothing on disk.
+    std::fs::create_dir_all(w.f.inbox("ghost")).unwrap();
+    assert!(eventually(Duration::from_secs(3), || m
+        .path("inbox/ghost")
+        .exists()));
+    assert_eq!(
+        errno(std::fs::write(m.path("inbox/ghost/note"), b"hi")),
+        Some(libc::ENOENT)
+    );
+    assert!(deposits(&w.f.inbox("ghost")).is_empty());
+    // A deposited message is immutable.
+    std::fs::write(dir.join("note"), b"first").unwrap();
+    let (name, _) = deposits(&w.f.inbox(A)).pop().unwrap();
+    let dep = dir.join(&name);
+    assert_eq!(
+        errno(
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(&dep)
+                .map(drop)
+        ),
+        Some(libc::EPERM)
+    );
+    assert_eq!(errno(std::fs::write(&dep, b"over")), Some(libc::EPERM));
+    assert_eq!(errno(std::fs::remove_file(&dep)), Some(libc::EPERM));
+    let c = std::ffi::CString::new(dep.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: valid NUL-terminated path.
+    assert_eq!(unsafe { libc::truncate(c.as_ptr(), 0) }, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EPERM)
+    );
+    // Elsewhere, the tree stays read-only.
+    assert_eq!(
+        errno(std::fs::write(m.path("steps-x"), b"x")),
+        Some(libc::EROFS)
+    );
+    assert_eq!(
+        errno(std::fs::create_dir(dir.join("sub"))),
+        Some(libc::EROFS)
+    );
+    assert_eq!(
+        errno(std::fs::write(m.path("inbox/new-agent-file"), b"x")),
+        Some(libc::EROFS)
+    );
+    let log = m.log_text();
+    for needle in [
+        "not UTF-8",
+        "exceeds the 1000-byte limit",
+        "has no agent ref",
+        "immutable",
+    ] {
+        assert!(log.contains(needle), "log lacks {needle:?}:\n{log}");
+    }
+}
+
+#[test]
+fn private_and_empty_files_are_never_deposited() {
+    let w = workspace();
+    let m = mount(&w, &[]);
+    let dir = m.path(&format!("inbox/{A}"));
+    std::fs::write(dir.join(".note.swp"), b"swap").unwrap();
+    std::fs::write(dir.join("4913"), b"").unwrap();
+    std::fs::File::create(dir.join("empty")).unwrap();
+    assert_eq!(std::fs::read(dir.join(".note.swp")).unwrap(), b"swap");
+    let listed = names(&dir);
+    assert!(
+        listed.contains(".note.swp") && listed.contains("4913") && listed.contains("empty"),
+        "{listed:?}"
+    );
+    std::fs::remove_file(dir.join("4913")).unwrap();
+    assert!(!names(&dir).contains("4913"));
+    assert!(deposits(&w.f.inbox(A)).is_empty());
+    // An editor's atomic save: write a private temp, rename it over the public name.
+    std::fs::write(dir.join(".tmp-save"), b"saved atomically").unwrap();
+    std::fs::rename(dir.join(".tmp-save"), dir.join("saved")).unwrap();
+    let d = deposits(&w.f.inbox(A));
+    assert_eq!(d.len(), 1);
+    assert_eq!(split(&d[0].1).1, b"saved atomically");
+}
+
+#[test]
+fn sender_option_stamps_an_agent_with_its_name() {
+    let w = workspace();
+    let m = mount(&w, &["--sender", B]);
+    std::fs::write(m.path(&format!("inbox/{A}/hi")), b"from beta").unwrap();
+    let d = deposits(&w.f.inbox(A));
+    assert_eq!(d.len(), 1);
+    assert!(d[0].0.starts_with(&format!("{B}-")), "{}", d[0].0);
+    let (front, body) = split(&d[0].1);
+    assert_eq!(front[0], format!("from: {B}"));
+    assert_eq!(front[1], "from_name: Beta");
+    assert_eq!(body, b"from beta");
+    // Content cannot forge the frontmatter.
+    std::fs::write(
+        m.path(&format!("inbox/{A}/forge")),
+        b"---\nfrom: someone\nterminal_ref: 0000\n---\nx",
+    )
+    .unwrap();
+    let d = deposits(&w.f.inbox(A));
+    let (front, body) = split(&d[1].1);
+    assert_eq!(front[0], format!("from: {B}"));
+    assert!(body.starts_with(b"---\nfrom: someone"));
+}
+
+#[test]
+fn a_sigkill_mid_write_leaves_nothing_and_the_next_mount_starts_clean() {
+    let w = workspace();
+    let m = mount(&w, &[]);
+    let mut f = std::fs::File::create(m.path(&format!("inbox/{A}/partial"))).unwrap();
+    f.write_all(b"half a mess").unwrap();
+    let pid = m.daemon_pid().unwrap();
+    // SAFETY: the daemon this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert!(eventually(
+        Duration::from_secs(5),
+        || !common::mount::alive(pid)
+    ));
+    drop(f);
+    assert!(
+        std::fs::read_dir(w.f.inbox(A)).unwrap().next().is_none(),
+        "something reached the inbox"
+    );
+    let out = common::mount::litanyfs(&[
+        "mount".as_ref(),
+        w.f.root().as_os_str(),
+        m.mnt.as_os_str(),
+        "--no-wake".as_ref(),
+        "--log-file".as_ref(),
+        m.log.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(names(&m.path(&format!("inbox/{A}"))).is_empty());
+    std::fs::write(m.path(&format!("inbox/{A}/after")), b"whole").unwrap();
+    assert_eq!(deposits(&w.f.inbox(A)).len(), 1);
+}
+
+#[test]
+fn read_only_mounts_refuse_deposits() {
+    let w = workspace();
+    let m = mount(&w, &["--read-only"]);
+    let e = std::fs::write(m.path(&format!("inbox/{A}/note")), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    let _: PathBuf = m.path("x");
+}
