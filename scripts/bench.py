@@ -249,13 +249,138 @@ def bench_refs(tmp):
     unmount(mnt)
 
 
+def litany_bin():
+    for c in [os.environ.get("LITANY_BIN"), shutil.which("litany"), str(Path.home() / ".cargo/bin/litany")]:
+        if c and Path(c).exists():
+            return c
+    return None
+
+
+def make_capture(ws, aid, mib):
+    """steps/<aid>/001/tools/toolu_big/output.json with a `mib` MiB stdout."""
+    d = ws / "steps" / aid / "001" / "tools" / "toolu_big"
+    d.mkdir(parents=True, exist_ok=True)
+    line = "".join(f"{n} the quick brown fox jumps over the lazy dog \\ \"q\" é\n" for n in range(1000))
+    reps = (mib << 20) // len(line.encode()) + 1
+    stdout = (line * reps)[: mib << 20]
+    record = json.dumps({"stdout": stdout, "stderr": "", "exit_code": 0, "started_at": "2026-12-02T09:42:30Z", "ended_at": "2026-12-02T09:42:31Z"}, indent=2, ensure_ascii=False)
+    (d / "output.json").write_text(record)
+    return d / "output.json", len(stdout.encode())
+
+
+def bench_paging(tmp):
+    print("4. pages of a 50 MB capture: mount vs read_tool_output vs a plain 4 KiB read", flush=True)
+    ws = tmp / "page"
+    ids = make_workspace(ws, 1, 1)
+    aid = ids[0]
+    record, total = make_capture(ws, aid, 50)
+    rel = record.relative_to(ws)
+    plain = ws / "steps" / aid / "001" / "plain.bin"
+    plain.write_bytes(os.urandom(64 << 20))
+    mnt = tmp / "page-mnt"
+    mount(ws, mnt)
+    import random
+    rnd = random.Random(7)
+    offsets = [rnd.randrange(0, total) for _ in range(300)]
+
+    def page(off):
+        with open(mnt / f"{rel}#stdout@{off}", "rb") as f:
+            return f.read()
+
+    def plain_read(off):
+        with open(mnt / plain.relative_to(ws), "rb") as f:
+            f.seek(off)
+            return f.read(4096)
+
+    first, _ = timed(page, 0)
+    lat = []
+    for off in offsets:
+        lat.append(timed(page, off)[0])
+    plain_lat = [timed(plain_read, off)[0] for off in offsets]
+    page_us = statistics.median(lat) * 1e6
+    plain_us = statistics.median(plain_lat) * 1e6
+    row("page latency via mount, us (median of 300)", round(page_us, 1), round(plain_us, 1), round(page_us / plain_us, 2), lambda r: r <= 2.0, " us", f"anchor: 4 KiB read of a plain file through the mount; first page (parse) {round(first * 1000)} ms")
+    lit = litany_bin()
+    if lit:
+        tool = []
+        for off in offsets[:5]:
+            inp = json.dumps({"address": f"{rel}#stdout@{off}"})
+            t = time.perf_counter()
+            subprocess.run([lit, "tool", "read_tool_output"], input=inp.encode(), capture_output=True, env=dict(os.environ, LITANY_CONV_REPO=str(ws), LITANY_CONV_BRANCH=aid), check=True)
+            tool.append(time.perf_counter() - t)
+        tool_us = statistics.median(tool) * 1e6
+        row("page latency: read_tool_output / mount", round(tool_us / page_us), 100, round(tool_us / page_us / 100, 2), lambda r: r >= 1.0, "x", f"tool {round(tool_us / 1000, 1)} ms per page")
+    else:
+        row("page latency vs read_tool_output", None, None, None, None, note="litany not found")
+    # Page through the whole capture by following user.litany.next.
+    t = time.perf_counter()
+    addr, pages, got = f"{rel}#stdout@0", 0, 0
+    while addr:
+        p = mnt / addr
+        with open(p, "rb") as f:
+            got += len(f.read())
+        try:
+            addr = os.getxattr(p, "user.litany.next").decode()
+        except OSError:
+            addr = None
+        pages += 1
+    whole = time.perf_counter() - t
+    assert got == total, (got, total)
+    cat_t, _ = timed(read_all, mnt / rel.parent / "stdout")
+    row(f"page through the whole capture ({pages} pages), s", round(whole, 2), round(cat_t, 2), round(whole / cat_t, 1), None, " s", "anchor: cat of the decoded stdout file")
+    pid = daemon_pid(mnt)
+    rss = peak_rss_mib(pid) if pid else None
+    row("daemon peak RSS after paging 50 MB", rss, 100, None if rss is None else round(rss / 100, 2), lambda r: r is not None and r <= 1.0, " MiB")
+    unmount(mnt)
+
+
+def bench_deposits(tmp):
+    print("5. small deposits: mount vs litany message vs temp-file-and-rename", flush=True)
+    import fcntl
+    lit = litany_bin()
+    ws = tmp / "dep"
+    ids = make_workspace(ws, 1, 0)
+    aid = ids[0]
+    inbox = ws / "inbox" / aid
+    # Hold the executor lock, as a running agent would: nothing is launched, and both the
+    # mount and litany answer "busy".
+    lock = os.open(inbox, os.O_RDONLY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    mnt = tmp / "dep-mnt"
+    mount(ws, mnt)
+    n = 300
+    t = time.perf_counter()
+    for i in range(n):
+        with open(mnt / "inbox" / aid / f"m{i}", "w") as f:
+            f.write(f"message {i}\n")
+    via = (time.perf_counter() - t) / n
+    t = time.perf_counter()
+    for i in range(n):
+        tmpf = inbox / f".plain-{i}.tmp"
+        tmpf.write_text(f"message {i}\n")
+        os.rename(tmpf, inbox / f"plain-{i:03d}.md")
+    plain = (time.perf_counter() - t) / n
+    row("deposit via mount, us each", round(via * 1e6), round(plain * 1e6), round(via / plain, 1), None, " us", "anchor: temp file + rename in the same directory (the limit)")
+    if lit:
+        m = 20
+        env = dict(os.environ, LITANY_HOME=str(tmp / "lh"))
+        t = time.perf_counter()
+        for i in range(m):
+            subprocess.run([lit, "message", "--", str(ws), aid, f"message {i}"], env=env, capture_output=True, check=True)
+        lm = (time.perf_counter() - t) / m
+        row("deposits: litany message time / mount time", round(lm / via, 1), 20, round(lm / via / 20, 2), lambda r: r >= 1.0, "x", f"litany message {round(lm * 1000, 1)} ms each")
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    os.close(lock)
+    unmount(mnt)
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     only = set(sys.argv[1:])
     tmp = Path(tempfile.mkdtemp(prefix="litanyfs-bench-"))
     started = time.time()
     try:
-        for name, f in [("seq", bench_sequential), ("walk", bench_walk), ("refs", bench_refs)]:
+        for name, f in [("seq", bench_sequential), ("walk", bench_walk), ("paging", bench_paging), ("deposits", bench_deposits), ("refs", bench_refs)]:
             if only and name not in only:
                 continue
             try:

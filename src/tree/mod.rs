@@ -35,7 +35,9 @@ use git2::{ObjectType, Oid};
 use parking_lot::Mutex;
 
 use crate::deposit::{DepositError, Depositor};
-use crate::paging::{Address, CaptureKey, PageCache, PageError, PageName, RecordPath, Stream};
+use crate::paging::{
+    Address, CaptureKey, Page, PageCache, PageError, PageName, RecordPath, Stream,
+};
 use crate::workspace::backing::{Backing, Stat};
 use crate::workspace::refs::{GitEntry, Refs, Snapshot};
 use crate::workspace::{AGENTS_DIR, STEPS_DIR, Workspace, ids::is_component, inbox, steps};
@@ -51,6 +53,10 @@ pub const INBOX_DIR_PERM: u16 = 0o755;
 pub const DRAFT_PERM: u16 = 0o644;
 /// The default bound of the page cache (`--cache-bytes`).
 pub const DEFAULT_PAGE_CACHE_BYTES: usize = 64 << 20;
+/// How many computed pages are remembered (each at most 4 KiB).
+const RECENT_PAGES: usize = 64;
+/// A computed page, by its address and the version of the record it came from.
+type RecentPage = ((Address, CaptureKey), Arc<Page>);
 /// Extended attributes of pages and streams.
 pub const XATTR_NEXT: &str = "user.litany.next";
 pub const XATTR_BANNER: &str = "user.litany.banner";
@@ -138,6 +144,7 @@ pub struct Tree {
     deposits: Option<Deposits>,
     drafts: Drafts,
     pages: PageCache,
+    recent_pages: Mutex<std::collections::VecDeque<RecentPage>>,
 }
 
 /// The clashing names and unusable refs last logged.
@@ -165,6 +172,7 @@ impl Tree {
             deposits: None,
             drafts: Drafts::default(),
             pages: PageCache::new(DEFAULT_PAGE_CACHE_BYTES),
+            recent_pages: Mutex::new(Default::default()),
         })
     }
 
@@ -311,11 +319,7 @@ impl Tree {
                 Ok(self.backing_node_attr(rel, &st))
             }
             Node::Page(address) => {
-                let (file, key, st) = self.record(&address.record, node)?;
-                let page = self
-                    .pages
-                    .page(&file, key, address)
-                    .map_err(|e| self.page_error(node, e))?;
+                let (page, st) = self.page_of(node, address)?;
                 let mut a = self.virtual_attr(
                     node,
                     Kind::File,
@@ -747,12 +751,8 @@ impl Tree {
                 .map(Content::Draft)
                 .ok_or_else(|| TreeError::NotFound(node.path())),
             Node::Page(address) => {
-                let (file, key, _) = self.record(&address.record, node)?;
-                let page = self
-                    .pages
-                    .page(&file, key, address)
-                    .map_err(|e| self.page_error(node, e))?;
-                Ok(Content::Bytes(Arc::new(page.bytes)))
+                let (page, _) = self.page_of(node, address)?;
+                Ok(Content::Bytes(Arc::new(page.bytes.clone())))
             }
             Node::Stream { record, stream } => {
                 let (file, key, _) = self.record(record, node)?;
@@ -836,6 +836,33 @@ impl Tree {
         Ok((file, key, st))
     }
 
+    /// The page `address` names, computed once per (address, record version) and
+    /// remembered for the next few requests: a `cat` asks for it at lookup, open and
+    /// getxattr.
+    fn page_of(&self, node: &Node, address: &Address) -> Result<(Arc<Page>, Stat), TreeError> {
+        let (file, key, st) = self.record(&address.record, node)?;
+        let memo_key = (address.clone(), key);
+        if let Some(p) = self
+            .recent_pages
+            .lock()
+            .iter()
+            .find(|(k, _)| *k == memo_key)
+        {
+            return Ok((p.1.clone(), st));
+        }
+        let page = Arc::new(
+            self.pages
+                .page(&file, key, address)
+                .map_err(|e| self.page_error(node, e))?,
+        );
+        let mut recent = self.recent_pages.lock();
+        if recent.len() >= RECENT_PAGES {
+            recent.pop_front();
+        }
+        recent.push_back((memo_key, page.clone()));
+        Ok((page, st))
+    }
+
     fn page_error(&self, node: &Node, e: PageError) -> TreeError {
         let record = match node {
             Node::Page(a) => Some(a.record.to_string()),
@@ -871,11 +898,7 @@ impl Tree {
         let mut out = Vec::new();
         match node {
             Node::Page(address) => {
-                let (file, key, _) = self.record(&address.record, node)?;
-                let page = self
-                    .pages
-                    .page(&file, key, address)
-                    .map_err(|e| self.page_error(node, e))?;
+                let (page, _) = self.page_of(node, address)?;
                 if let Some(next) = &page.next {
                     out.push((XATTR_NEXT.into(), next.to_string().into_bytes()));
                 }
