@@ -14,14 +14,20 @@ use litanyfs::mount::{self, MountOptions};
 ///
 ///   steps/<id>/...        every step record and driver.log, bytes and mtimes as on disk
 ///                         (the harness's *.tmp files are hidden)
-///   inbox/<id>/           pending deposits, as a drain would accept them
+///     .../tools/<t>/output.json#<stream>@<offset>
+///                         the page `litany tool read_tool_output` returns for that address
+///                         (never listed; user.litany.next names the next page)
+///     .../tools/<t>/stdout, stderr
+///                         the whole decoded streams of that output.json
+///   inbox/<id>/           pending deposits, as a drain would accept them; a file written
+///                         here is deposited as <sender>-<NNN>.md when it is closed
 ///   agents/<id>/...       the committed tree at the tip of refs/heads/agents/<id>, from git
 ///   marks/<kind>/<id>     a mark under refs/litany/ (refs/lernie/ for lernie): a blob mark
 ///                         reads as its bytes, a commit mark as its 40-hex id and a newline
 ///   names/<Name>          a symlink to ../agents/<id> for each uniquely named living agent
 ///
-/// Everything is live, and everything refuses changes with EROFS.
-/// Logging follows RUST_LOG (default: info).
+/// Everything is live. Changes other than deposits answer EROFS; a deposited message is
+/// immutable (EPERM). Logging follows RUST_LOG (default: info).
 #[derive(Parser)]
 #[command(name = "litanyfs", version, verbatim_doc_comment)]
 struct Cli {
