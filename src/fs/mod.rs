@@ -215,7 +215,13 @@ impl State {
     fn list(&self, ino: INodeNo) -> Result<Arc<Vec<Child>>, TreeError> {
         let node = self.node(ino)?;
         self.watch(&node);
-        Ok(Arc::new(self.tree.list(&node)?))
+        let children = self.tree.list(&node)?;
+        // Subdirectories are watched now, so that their entries (which carry them to the
+        // kernel with readdirplus) may be cached for long: a walk then needs no lookups.
+        for c in children.iter().filter(|c| c.attr.kind == Kind::Dir) {
+            self.watch(&c.node);
+        }
+        Ok(Arc::new(children))
     }
 
     /// The listing behind a directory handle: taken at the first read, and again when
