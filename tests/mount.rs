@@ -170,7 +170,11 @@ fn root_mirrors_the_workspace_and_steps_match_the_disk() {
         .filter(|p| !p.to_string_lossy().ends_with(".tmp"))
         .collect();
     want.sort();
-    let got = files_under(&m.path("steps"));
+    // Beside each output.json the mount adds its decoded streams (tests/pages.rs).
+    let got: Vec<PathBuf> = files_under(&m.path("steps"))
+        .into_iter()
+        .filter(|p| !(p.ends_with("stdout") || p.ends_with("stderr")))
+        .collect();
     assert_eq!(got, want);
     for rel in &want {
         let (real, seen) = (backing.join(rel), m.path("steps").join(rel));
@@ -210,11 +214,14 @@ fn ordinary_tools_work() {
         out.trim(),
         format!("{mnt}/steps/{A}/001/tools/toolu_1/output.json")
     );
-    let (ok, out, _) = sh(&format!("grep -rl warn {mnt}/steps"));
+    let (ok, out, _) = sh(&format!("grep -rl warn {mnt}/steps | sort"));
     assert!(ok);
+    // The record, and the decoded stderr stream beside it.
     assert_eq!(
         out.trim(),
-        format!("{mnt}/steps/{A}/001/tools/toolu_1/output.json")
+        format!(
+            "{mnt}/steps/{A}/001/tools/toolu_1/output.json\n{mnt}/steps/{A}/001/tools/toolu_1/stderr"
+        )
     );
     let (ok, out, _) = sh(&format!("cat {mnt}/names/Alpha/messages/001-user.md"));
     assert!(ok);
@@ -458,8 +465,8 @@ fn every_change_is_refused_with_erofs() {
     );
     erofs(std::fs::write(dir.join("new"), b"x"), "create");
     erofs(
-        std::fs::write(m.path(&format!("inbox/{A}/note")), b"x"),
-        "create in inbox",
+        std::fs::write(m.path("inbox/note"), b"x"),
+        "create in inbox/ itself",
     );
     erofs(std::fs::remove_file(&file), "unlink");
     erofs(std::fs::rename(&file, dir.join("moved")), "rename");
