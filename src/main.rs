@@ -70,6 +70,16 @@ enum Cmd {
         /// The bound of the cache of parsed tool captures, in bytes.
         #[arg(long, default_value_t = litanyfs::tree::DEFAULT_PAGE_CACHE_BYTES)]
         cache_bytes: usize,
+        /// Show only what agent ID may see (its own step records and pending deposits),
+        /// and stamp every deposit `from: ID`. The view a sandboxed agent gets.
+        #[arg(long, value_name = "ID")]
+        agent: Option<String>,
+        /// Let other users use the mount; the kernel then enforces the modes shown.
+        #[arg(long)]
+        allow_other: bool,
+        /// Unmount automatically when the daemon dies, however it dies (via fusermount3).
+        #[arg(long)]
+        auto_unmount: bool,
     },
     /// Unmount a litanyfs mount; its daemon then exits.
     Unmount { mountpoint: PathBuf },
@@ -101,6 +111,9 @@ fn main() -> ExitCode {
             no_wake,
             read_only,
             cache_bytes,
+            agent,
+            allow_other,
+            auto_unmount,
         } => {
             let opts = MountOptions {
                 foreground,
@@ -112,6 +125,9 @@ fn main() -> ExitCode {
                 wake: !no_wake,
                 read_only,
                 cache_bytes,
+                agent,
+                allow_other,
+                auto_unmount,
             };
             if foreground {
                 mount::run(&workspace, &mountpoint, &opts)
@@ -160,6 +176,9 @@ fn demo(dir: &std::path::Path) -> Result<(), String> {
         wake: false,
         read_only: false,
         cache_bytes: litanyfs::tree::DEFAULT_PAGE_CACHE_BYTES,
+        agent: None,
+        allow_other: false,
+        auto_unmount: false,
     };
     let log = mount::spawn_daemon(&ws, &mnt, &opts).map_err(|e| e.to_string())?;
     print!("{}", litanyfs::demo::tour(&mnt));

@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fuser::{Config, MountOption, Session};
+use fuser::{Config, MountOption, Session, SessionACL};
 
 use crate::deposit::{Depositor, Options as DepositOptions};
 use crate::fs::Fs;
@@ -52,6 +52,12 @@ pub struct MountOptions {
     pub read_only: bool,
     /// The page cache's bound.
     pub cache_bytes: usize,
+    /// Confine the view to this agent (`--agent`); its deposits are from it.
+    pub agent: Option<String>,
+    /// Let other users in, with the kernel checking the modes (`default_permissions`).
+    pub allow_other: bool,
+    /// Have `fusermount3` unmount when the daemon dies, however it dies.
+    pub auto_unmount: bool,
 }
 
 impl MountOptions {
@@ -76,6 +82,16 @@ impl MountOptions {
         }
         if self.read_only {
             a.push("--read-only".into());
+        }
+        if let Some(agent) = &self.agent {
+            a.push("--agent".into());
+            a.push(agent.into());
+        }
+        if self.allow_other {
+            a.push("--allow-other".into());
+        }
+        if self.auto_unmount {
+            a.push("--auto-unmount".into());
         }
         a
     }
@@ -444,6 +460,25 @@ fn serve(
     let mut tree = Tree::new(workspace.clone())
         .map_err(|e| MountError::Daemon(e.to_string()))?
         .with_cache_bytes(opts.cache_bytes);
+    let mut sender = opts.sender.clone();
+    if let Some(agent) = &opts.agent {
+        if sender != crate::workspace::inbox::USER_SENDER && sender != *agent {
+            return Err(MountError::Daemon(format!(
+                "--agent {agent} stamps deposits from {agent}; --sender {sender} contradicts it"
+            )));
+        }
+        let snap = tree
+            .refs()
+            .snapshot()
+            .map_err(|e| MountError::Daemon(e.to_string()))?;
+        if !snap.agents.contains_key(agent) {
+            return Err(MountError::Daemon(format!(
+                "--agent {agent}: no such agent"
+            )));
+        }
+        sender = agent.clone();
+        tree = tree.confined_to(agent);
+    }
     if !opts.read_only {
         let depositor = Depositor::new(
             &workspace,
@@ -456,12 +491,9 @@ fn serve(
         )
         .map_err(|e| MountError::Daemon(e.to_string()))?;
         depositor
-            .check_sender(&opts.sender)
+            .check_sender(&sender)
             .map_err(|e| MountError::Daemon(format!("--sender: {e}")))?;
-        tree = tree.with_deposits(Deposits {
-            depositor,
-            sender: opts.sender.clone(),
-        });
+        tree = tree.with_deposits(Deposits { depositor, sender });
     }
     let fs = Fs::new(Arc::new(tree));
     let invalidator = fs.invalidator();
@@ -473,6 +505,16 @@ fn serve(
         MountOption::NoSuid,
         MountOption::NoAtime,
     ];
+    if opts.allow_other {
+        config.acl = SessionACL::All;
+        config.mount_options.push(MountOption::DefaultPermissions);
+    }
+    if opts.auto_unmount {
+        config.mount_options.push(MountOption::AutoUnmount);
+        if config.acl == SessionACL::Owner {
+            config.acl = SessionACL::RootAndOwner;
+        }
+    }
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
     let session = Session::new(fs, &mnt, &config)

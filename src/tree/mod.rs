@@ -142,6 +142,8 @@ pub struct Tree {
     reported: Mutex<Reported>,
     /// `None` when the mount refuses deposits.
     deposits: Option<Deposits>,
+    /// `--agent <id>`: the one agent whose view this is.
+    confined: Option<String>,
     drafts: Drafts,
     pages: PageCache,
     recent_pages: Mutex<std::collections::VecDeque<RecentPage>>,
@@ -170,6 +172,7 @@ impl Tree {
             born: SystemTime::now(),
             reported: Mutex::new(Default::default()),
             deposits: None,
+            confined: None,
             drafts: Drafts::default(),
             pages: PageCache::new(DEFAULT_PAGE_CACHE_BYTES),
             recent_pages: Mutex::new(Default::default()),
@@ -180,6 +183,36 @@ impl Tree {
     pub fn with_deposits(mut self, deposits: Deposits) -> Self {
         self.deposits = Some(deposits);
         self
+    }
+
+    /// Confines the view to what agent `id` may see: its own step records (as
+    /// `read_tool_output` confines paging) and its own pending deposits. Other agents'
+    /// records and inboxes' contents cannot be reached by any path.
+    pub fn confined_to(mut self, id: &str) -> Self {
+        self.confined = Some(id.to_string());
+        self
+    }
+
+    /// Whether the confinement lets backing path `rel` be seen: under `steps/` only the
+    /// agent's own directory, under `inbox/` only its own pending deposits (the other
+    /// inboxes are listed, so that it can write to them, but show nothing).
+    fn may_see(&self, rel: &Path) -> bool {
+        let Some(me) = &self.confined else {
+            return true;
+        };
+        let parts: Vec<&OsStr> = rel.components().map(|c| c.as_os_str()).collect();
+        match parts.as_slice() {
+            [top, id, ..] if *top == STEPS_DIR => id == &OsStr::new(me.as_str()),
+            [top, id, _] if *top == crate::workspace::INBOX_DIR => id == &OsStr::new(me.as_str()),
+            _ => true,
+        }
+    }
+
+    /// Whether the confinement lets `record` be paged.
+    fn may_page(&self, record: &RecordPath) -> bool {
+        self.confined
+            .as_deref()
+            .is_none_or(|me| record.agent() == me)
     }
 
     /// Bounds what the page cache keeps, in bytes.
@@ -309,6 +342,9 @@ impl Tree {
                 Ok(self.virtual_attr(node, Kind::Dir, 0, self.born))
             }
             Node::Backing(rel) => {
+                if !self.may_see(rel) {
+                    return Err(TreeError::NotFound(node.path()));
+                }
                 let st = self
                     .backing
                     .lstat(rel)
@@ -317,6 +353,12 @@ impl Tree {
                     return Err(TreeError::NotFound(node.path()));
                 }
                 Ok(self.backing_node_attr(rel, &st))
+            }
+            Node::Page(address) if !self.may_page(&address.record) => {
+                Err(TreeError::NotFound(node.path()))
+            }
+            Node::Stream { record, .. } if !self.may_page(record) => {
+                Err(TreeError::NotFound(node.path()))
             }
             Node::Page(address) => {
                 let (page, st) = self.page_of(node, address)?;
@@ -543,7 +585,10 @@ impl Tree {
                     .map_err(|e| TreeError::io(node.path(), e))?;
                 let mut entries: Vec<_> = entries
                     .into_iter()
-                    .filter(|(name, st)| Area::of(rel).shows(&rel.join(name), st))
+                    .filter(|(name, st)| {
+                        let child = rel.join(name);
+                        Area::of(rel).shows(&child, st) && self.may_see(&child)
+                    })
                     .collect();
                 entries.sort_by(|a, b| a.0.cmp(&b.0));
                 for (name, st) in entries {

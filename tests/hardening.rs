@@ -1,0 +1,416 @@
+//! The boundaries the mount holds on a real mount: the agent-confined view, hostile
+//! backing content, symlinks, auto-unmount, allow-other permissions, resource bounds and
+//! a slow reader that must not stall the others.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::mount::{Mounted, alive, eventually, is_mounted};
+use litanyfs::fixture::Fixture;
+use litanyfs::workspace::refs::Flavour;
+
+const A: &str = "20261202T094226Z-0122ccc2";
+const B: &str = "20261202T094227Z-0abc0def";
+const SECRET: &str = "b-secret-7f3a";
+
+struct Ws {
+    _t: tempfile::TempDir,
+    f: Fixture,
+}
+
+fn workspace() -> Ws {
+    let t = tempfile::tempdir().unwrap();
+    let f = Fixture::create(&t.path().join("ws"), Flavour::Litany).unwrap();
+    f.agent(A, Some("Alpha"), &[]).unwrap();
+    f.agent(B, Some("Beta"), &[]).unwrap();
+    for (id, word) in [(A, "a-public"), (B, SECRET)] {
+        let out = Fixture::tool_output(&format!("{word}\n").repeat(2000), word, 0);
+        f.step(
+            id,
+            1,
+            &[
+                ("request.json", word.as_bytes()),
+                ("tools/toolu_1/output.json", &out),
+            ],
+        )
+        .unwrap();
+        f.inbox_file(
+            id,
+            "user-001.md",
+            format!("---\nfrom: user\n---\n{word}").as_bytes(),
+        )
+        .unwrap();
+    }
+    Ws { _t: t, f }
+}
+
+fn names(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+fn enoent(p: &Path) {
+    let e = std::fs::symlink_metadata(p).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{}", p.display());
+    assert!(std::fs::read(p).is_err(), "{}", p.display());
+}
+
+#[test]
+fn the_agent_view_shows_only_its_own_records_by_any_path() {
+    let w = workspace();
+    // A relative symlink in A's own records that points at B's: followed inside the mount.
+    std::os::unix::fs::symlink(
+        format!("../{B}/001/request.json"),
+        w.f.root().join(format!("steps/{A}/peek")),
+    )
+    .unwrap();
+    let m = Mounted::with_args(w.f.root(), &["--agent", A, "--no-wake"]);
+    assert_eq!(names(&m.path("steps")), BTreeSet::from([A.to_string()]));
+    for p in [
+        format!("steps/{B}"),
+        format!("steps/{B}/001"),
+        format!("steps/{B}/001/request.json"),
+        format!("steps/{B}/001/tools/toolu_1/output.json"),
+        format!("steps/{B}/001/tools/toolu_1/output.json#stdout@0"),
+        format!("steps/{B}/001/tools/toolu_1/stdout"),
+        format!("steps/{A}/../{B}/001/request.json"),
+        format!("steps/{A}/peek"),
+        format!("inbox/{B}/user-001.md"),
+    ] {
+        if p.ends_with("peek") {
+            // The link itself is shown as a link; what it names is not reachable.
+            assert!(
+                std::fs::symlink_metadata(m.path(&p))
+                    .unwrap()
+                    .file_type()
+                    .is_symlink()
+            );
+            assert!(std::fs::read(m.path(&p)).is_err());
+        } else {
+            enoent(&m.path(&p));
+        }
+    }
+    // Its own records and pages are all there.
+    assert_eq!(
+        std::fs::read(m.path(&format!("steps/{A}/001/request.json"))).unwrap(),
+        b"a-public"
+    );
+    assert!(
+        std::fs::read(m.path(&format!("steps/{A}/001/tools/toolu_1/output.json#stdout@0")))
+            .unwrap()
+            .starts_with(b"a-public")
+    );
+    // Other inboxes are listed (to write to) but show nothing; its own shows its deposits.
+    assert!(names(&m.path(&format!("inbox/{B}"))).is_empty());
+    assert_eq!(
+        names(&m.path(&format!("inbox/{A}"))),
+        BTreeSet::from(["user-001.md".to_string()])
+    );
+    // No tool finds B's secret anywhere under the mount.
+    let grep = Command::new("grep")
+        .args(["-r", "-l", SECRET])
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    assert!(
+        grep.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&grep.stdout)
+    );
+    let find = Command::new("find").arg(m.path("steps")).output().unwrap();
+    assert!(!String::from_utf8_lossy(&find.stdout).contains(B));
+    // Deposits are stamped from the agent, whatever it writes.
+    std::fs::write(
+        m.path(&format!("inbox/{B}/hello")),
+        "---\nfrom: user\n---\nhi",
+    )
+    .unwrap();
+    let real: Vec<_> = std::fs::read_dir(w.f.inbox(B))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let ours = real
+        .iter()
+        .find(|n| n.starts_with(A))
+        .expect("a deposit from A");
+    let body = std::fs::read_to_string(w.f.inbox(B).join(ours)).unwrap();
+    assert!(
+        body.starts_with(&format!("---\nfrom: {A}\nfrom_name: Alpha\n")),
+        "{body}"
+    );
+    // --agent with a different --sender, or an unknown agent, is refused at mount.
+    let t = tempfile::tempdir().unwrap();
+    for args in [vec!["--agent", A, "--sender", B], vec!["--agent", "nobody"]] {
+        let mut a: Vec<&OsStr> = vec![
+            "mount".as_ref(),
+            w.f.root().as_os_str(),
+            t.path().as_os_str(),
+        ];
+        a.extend(args.iter().map(OsStr::new));
+        let out = common::mount::litanyfs(&a);
+        assert!(!out.status.success(), "{args:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .filter(|l| l.starts_with("litanyfs:"))
+                .count(),
+            1
+        );
+    }
+}
+
+#[test]
+fn hostile_backing_content_is_served_or_refused_never_fatal() {
+    let w = workspace();
+    let steps = w.f.root().join(format!("steps/{A}"));
+    let odd: Vec<Vec<u8>> = vec![
+        b"with space".to_vec(),
+        b"new\nline".to_vec(),
+        vec![b'n', 0xff, 0xfe, b'x'],
+        vec![b'l'; 255],
+    ];
+    for name in &odd {
+        let dir = steps.join(OsStr::from_bytes(name));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("request.json"), name).unwrap();
+    }
+    let tools = steps.join("002/tools");
+    for (tool, body) in [
+        ("trunc", &b"{\"stdout\": \"abc"[..]),
+        ("bad", b"not json"),
+        ("empty", b""),
+    ] {
+        std::fs::create_dir_all(tools.join(tool)).unwrap();
+        std::fs::write(tools.join(tool).join("output.json"), body).unwrap();
+    }
+    std::fs::write(steps.join("002/staging.json"), b"{\"content\":[").unwrap();
+    std::fs::write(steps.join("002/leftover.tmp"), b"x").unwrap();
+    let huge = steps.join("003");
+    std::fs::create_dir(&huge).unwrap();
+    for i in 0..10_000 {
+        std::fs::write(huge.join(format!("f{i:05}")), b"").unwrap();
+    }
+    let m = Mounted::with_args(w.f.root(), &["--no-wake"]);
+    let base = m.path(&format!("steps/{A}"));
+    for name in &odd {
+        let p = base.join(OsStr::from_bytes(name)).join("request.json");
+        assert_eq!(std::fs::read(&p).unwrap(), *name);
+    }
+    assert_eq!(names(&base.join("003")).len(), 10_000);
+    let listed = names(&base.join("002"));
+    assert!(
+        listed.contains("staging.json") && !listed.contains("leftover.tmp"),
+        "{listed:?}"
+    );
+    for tool in ["trunc", "bad", "empty"] {
+        let dir = base.join("002/tools").join(tool);
+        assert_eq!(
+            names(&dir),
+            BTreeSet::from(["output.json".to_string()]),
+            "no streams for an unreadable record"
+        );
+        enoent(&dir.join("output.json#stdout@0"));
+        assert!(std::fs::read(dir.join("output.json")).is_ok());
+    }
+    // A directory vanishing and reappearing while it is listed.
+    let churn = steps.join("004");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let c2 = churn.clone();
+    let t = std::thread::spawn(move || {
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = std::fs::create_dir(&c2);
+            for i in 0..20 {
+                let _ = std::fs::write(c2.join(format!("{i}")), b"x");
+            }
+            let _ = std::fs::remove_dir_all(&c2);
+        }
+    });
+    for _ in 0..300 {
+        if let Ok(rd) = std::fs::read_dir(base.join("004")) {
+            for e in rd.flatten() {
+                let _ = std::fs::read(e.path());
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    t.join().unwrap();
+    // Still alive and answering.
+    assert!(m.path("steps").exists());
+    assert!(m.daemon_pid().is_some_and(alive));
+    assert!(!m.log_text().contains("panicked"), "{}", m.log_text());
+}
+
+#[test]
+fn symlinks_are_shown_as_links_and_never_served_as_files() {
+    let w = workspace();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), b"outside").unwrap();
+    let steps = w.f.root().join(format!("steps/{A}"));
+    std::os::unix::fs::symlink(outside.path().join("secret"), steps.join("abs-link")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), steps.join("dir-link")).unwrap();
+    let m = Mounted::with_args(w.f.root(), &["--no-wake"]);
+    let link = m.path(&format!("steps/{A}/abs-link"));
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        std::fs::read_link(&link).unwrap(),
+        outside.path().join("secret")
+    );
+    // A directory swapped for a symlink after it was looked up is shown as what it now
+    // is, a symlink: the daemon serves nothing through it (following a link is the
+    // reader's kernel's business, as on any filesystem).
+    let d = steps.join("001");
+    let seen = m.path(&format!("steps/{A}/001"));
+    assert!(std::fs::symlink_metadata(&seen).unwrap().is_dir());
+    std::fs::rename(&d, steps.join("001-moved")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), &d).unwrap();
+    assert!(eventually(Duration::from_secs(3), || {
+        std::fs::symlink_metadata(&seen).is_ok_and(|m| m.file_type().is_symlink())
+    }));
+    assert_eq!(std::fs::read_link(&seen).unwrap(), outside.path());
+    assert!(!m.log_text().contains("outside"), "{}", m.log_text());
+}
+
+#[test]
+fn auto_unmount_clears_the_mount_when_the_daemon_dies() {
+    let w = workspace();
+    let m = Mounted::with_args(w.f.root(), &["--auto-unmount", "--no-wake"]);
+    let pid = m.daemon_pid().unwrap();
+    // SAFETY: the daemon this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert!(
+        eventually(Duration::from_secs(5), || !is_mounted(&m.mnt)),
+        "still mounted after SIGKILL with --auto-unmount"
+    );
+}
+
+#[test]
+fn allow_other_lets_others_read_and_the_kernel_enforce_the_modes() {
+    let w = workspace();
+    let m = Mounted::with_args(w.f.root(), &["--allow-other", "--no-wake"]);
+    let opts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = opts
+        .lines()
+        .find(|l| l.contains(m.mnt.to_str().unwrap()))
+        .unwrap()
+        .to_string();
+    assert!(
+        line.contains("default_permissions") && line.contains("allow_other"),
+        "{line}"
+    );
+    let as_nobody = |cmd: &str| {
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sh",
+                "-c",
+                cmd,
+            ])
+            .output()
+            .unwrap()
+    };
+    // The tempdir holding the mountpoint must be traversable by others for this test.
+    let mut p = m.mnt.parent();
+    while let Some(d) = p {
+        let _ = std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755));
+        p = d.parent().filter(|d| d != &Path::new("/tmp"));
+    }
+    let read = as_nobody(&format!(
+        "cat '{}'",
+        m.path(&format!("steps/{A}/001/request.json")).display()
+    ));
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    assert_eq!(read.stdout, b"a-public");
+    let write = as_nobody(&format!(
+        "echo hi > '{}'",
+        m.path(&format!("inbox/{A}/note")).display()
+    ));
+    assert!(!write.status.success());
+    assert!(
+        String::from_utf8_lossy(&write.stderr).contains("Permission denied"),
+        "{}",
+        String::from_utf8_lossy(&write.stderr)
+    );
+    // Root (the owner) still deposits.
+    std::fs::write(m.path(&format!("inbox/{A}/note")), b"from root").unwrap();
+}
+
+fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn floods_of_garbage_lookups_do_not_grow_memory() {
+    let w = workspace();
+    let m = Mounted::with_args(w.f.root(), &["--no-wake"]);
+    let pid = m.daemon_pid().unwrap();
+    let base = m.path(&format!("steps/{A}/001"));
+    for i in 0..2_000 {
+        let _ = std::fs::metadata(base.join(format!("warmup-{i}")));
+    }
+    let before = rss_kib(pid);
+    for i in 0..50_000 {
+        let _ = std::fs::metadata(base.join(format!("garbage-{i}")));
+        let _ = std::fs::metadata(base.join(format!("tools/toolu_1/output.json#stdout@x{i}")));
+    }
+    let after = rss_kib(pid);
+    assert!(
+        after < before + 8 * 1024,
+        "RSS grew from {before} KiB to {after} KiB over 100k garbage lookups"
+    );
+}
+
+#[test]
+fn a_slow_reader_does_not_stall_a_listing_in_another_shell() {
+    let w = workspace();
+    // A 100 MB capture: its first page costs a full parse.
+    let big = "x".repeat(100 << 20);
+    let rec = Fixture::tool_output(&big, "", 0);
+    drop(big);
+    w.f.step(A, 9, &[("tools/toolu_big/output.json", &rec)])
+        .unwrap();
+    drop(rec);
+    let m = Mounted::with_args(w.f.root(), &["--no-wake"]);
+    let page = m.path(&format!(
+        "steps/{A}/009/tools/toolu_big/output.json#stdout@52428800"
+    ));
+    let slow = std::thread::spawn(move || {
+        let t = Instant::now();
+        let bytes = std::fs::read(&page).unwrap();
+        (t.elapsed(), bytes.len())
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    let t = Instant::now();
+    let listed = names(&m.path(&format!("steps/{B}/001")));
+    let marks = names(&m.path("marks"));
+    let ls_took = t.elapsed();
+    let (slow_took, len) = slow.join().unwrap();
+    assert_eq!(len, 4096);
+    assert!(listed.contains("request.json") && marks.is_empty());
+    // The listings finished while the slow page was still being parsed.
+    assert!(
+        ls_took < slow_took,
+        "ls took {ls_took:?}, the slow read {slow_took:?}"
+    );
+}
