@@ -470,3 +470,21 @@ fn read_only_mounts_refuse_deposits() {
     assert_eq!(e.raw_os_error(), Some(libc::EROFS));
     let _: PathBuf = m.path("x");
 }
+
+#[test]
+fn a_child_that_inherits_the_descriptor_does_not_deposit_half_a_message() {
+    let w = workspace();
+    let m = mount(&w, &[]);
+    let mut f = std::fs::File::create(m.path(&format!("inbox/{A}/halves"))).unwrap();
+    f.write_all(b"part 1, ").unwrap();
+    // fork + exec closes the inherited (close-on-exec) copy: a close(2) the kernel
+    // reports as a flush, from another process.
+    for _ in 0..3 {
+        assert!(Command::new("true").status().unwrap().success());
+    }
+    f.write_all(b"part 2").unwrap();
+    drop(f);
+    let d = deposits(&w.f.inbox(A));
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(split(&d[0].1).1, b"part 1, part 2");
+}

@@ -7,19 +7,14 @@ use std::sync::{Arc, Weak};
 use fuser::BackingId;
 use parking_lot::Mutex;
 
-use crate::tree::{Child, Content};
+use crate::tree::Content;
 
-/// What a file handle number stands for.
-pub enum Handle {
-    /// An open file, read from its content. `passthrough` keeps the kernel's reference
-    /// to the backing file alive while the handle is open (it is only held, never read).
-    File {
-        content: Content,
-        _passthrough: Option<Arc<BackingId>>,
-    },
-    /// A directory, listed at the first `readdir` (and again on a rewind) so that
-    /// offsets stay meaningful across the several calls one listing takes.
-    Dir(Mutex<Option<Arc<Vec<Child>>>>),
+/// What a file handle number stands for: an open file, read from its content.
+pub struct Handle {
+    pub content: Content,
+    /// Keeps the kernel's reference to the backing file alive while the handle is open
+    /// (it is only held, never read).
+    pub _passthrough: Option<Arc<BackingId>>,
 }
 
 #[derive(Default)]

@@ -11,6 +11,7 @@ mod inodes;
 
 pub use inodes::ROOT_INO;
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::fs::FileExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -19,6 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
+use parking_lot::Mutex;
+
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, KernelConfig, LockOwner, Notifier, OpenAccMode, OpenFlags, RenameFlags,
@@ -26,7 +29,7 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::tree::{Attr, Child, Content, Kind, Node, Tree, TreeError};
+use crate::tree::{Area, Attr, Child, Content, Kind, Node, Tree, TreeError};
 use crate::watch::{Change, Watcher};
 use crate::workspace::backing;
 use handles::{Handle, Handles};
@@ -38,6 +41,10 @@ pub const WATCHED_TTL: Duration = Duration::from_secs(3600);
 /// How long it may trust everything else (git-derived nodes, the top level, directories
 /// that could not be watched): short, so that changes show within a second.
 pub const SHORT_TTL: Duration = Duration::from_millis(250);
+
+/// The most listings kept between the `readdir` calls that read them; past it they are
+/// dropped (a reader mid-listing then gets a fresh one).
+const MAX_LISTINGS: usize = 1024;
 
 /// Kernel features asked for at `init`, each taken only if the kernel offers it.
 const WANTED: [InitFlags; 3] = [
@@ -55,6 +62,8 @@ pub struct State {
     inodes: InodeTable,
     handles: Handles,
     watcher: Option<Watcher>,
+    /// Listings being read, by directory inode (see [`State::listing`]).
+    listings: Mutex<HashMap<u64, Arc<Vec<Child>>>>,
     passthrough: AtomicBool,
     uid: u32,
     gid: u32,
@@ -117,6 +126,7 @@ impl Fs {
                 inodes: InodeTable::default(),
                 handles: Handles::default(),
                 watcher,
+                listings: Mutex::new(HashMap::new()),
                 passthrough: AtomicBool::new(false),
                 uid,
                 gid,
@@ -152,6 +162,11 @@ impl State {
         let Node::Backing(rel) = node else {
             return SHORT_TTL;
         };
+        // An inbox directory's listing also changes with drafts, which no watch reports;
+        // its mtime says so, and the kernel must ask for it often.
+        if attr.kind == Kind::Dir && Area::of(rel) == Area::Inbox {
+            return SHORT_TTL;
+        }
         let parent_watched = rel.parent().is_some_and(|p| self.watched(p));
         if parent_watched && (attr.kind != Kind::Dir || self.watched(rel)) {
             WATCHED_TTL
@@ -224,21 +239,27 @@ impl State {
         Ok(Arc::new(children))
     }
 
-    /// The listing behind a directory handle: taken at the first read, and again when
-    /// the reader rewinds to the start.
-    fn listing(&self, ino: INodeNo, h: &Handle, offset: u64) -> Result<Arc<Vec<Child>>, TreeError> {
-        let Handle::Dir(cell) = h else {
-            return Err(TreeError::NotDir(format!("inode {}", ino.0)));
-        };
-        let mut cell = cell.lock();
-        match cell.as_ref() {
-            Some(children) if offset != 0 => Ok(children.clone()),
-            _ => {
-                let children = self.list(ino)?;
-                *cell = Some(children.clone());
-                Ok(children)
-            }
+    /// The listing a `readdir` at `offset` continues: taken afresh at offset 0 and kept
+    /// for the calls that follow, until the end of the directory is read. Directories
+    /// have no handles (see `opendir`), so listings are kept by inode.
+    fn listing(&self, ino: INodeNo, offset: u64) -> Result<Arc<Vec<Child>>, TreeError> {
+        if offset != 0
+            && let Some(children) = self.listings.lock().get(&ino.0)
+        {
+            return Ok(children.clone());
         }
+        let children = self.list(ino)?;
+        let mut listings = self.listings.lock();
+        if listings.len() >= MAX_LISTINGS {
+            listings.clear();
+        }
+        listings.insert(ino.0, children.clone());
+        Ok(children)
+    }
+
+    /// The listing of `ino` was read to its end.
+    fn listed(&self, ino: INodeNo) {
+        self.listings.lock().remove(&ino.0);
     }
 }
 
@@ -295,7 +316,7 @@ impl Filesystem for Fs {
             // An open backing file answers for itself: `tail -f` polls fstat on its fd,
             // and a file renamed away under an open fd is still that file.
             if let Some(h) = fh.and_then(|fh| self.handles.get(fh.0))
-                && let Handle::File {
+                && let Handle {
                     content: Content::File(f),
                     ..
                 } = &*h
@@ -346,7 +367,7 @@ impl Filesystem for Fs {
             if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
                 return match self.tree.open_write(&node, flags.0 & libc::O_TRUNC != 0) {
                     Ok(content) => {
-                        let fh = self.handles.insert(Handle::File {
+                        let fh = self.handles.insert(Handle {
                             content,
                             _passthrough: None,
                         });
@@ -387,7 +408,7 @@ impl Filesystem for Fs {
                     } else {
                         None
                     };
-                    let fh = self.handles.insert(Handle::File {
+                    let fh = self.handles.insert(Handle {
                         content: Content::File(f),
                         _passthrough: id.clone(),
                     });
@@ -404,7 +425,7 @@ impl Filesystem for Fs {
                         Content::Draft(_) => FopenFlags::FOPEN_DIRECT_IO,
                         _ => FopenFlags::empty(),
                     };
-                    let fh = self.handles.insert(Handle::File {
+                    let fh = self.handles.insert(Handle {
                         content,
                         _passthrough: None,
                     });
@@ -430,11 +451,8 @@ impl Filesystem for Fs {
             let Some(h) = self.handles.get(fh.0) else {
                 return reply.error(Errno::EBADF);
             };
-            match &*h {
-                Handle::File {
-                    content: Content::File(f),
-                    ..
-                } => {
+            match &h.content {
+                Content::File(f) => {
                     let mut buf = vec![0u8; size as usize];
                     let mut filled = 0;
                     while filled < buf.len() {
@@ -450,34 +468,26 @@ impl Filesystem for Fs {
                     }
                     reply.data(&buf[..filled]);
                 }
-                Handle::File {
-                    content: Content::Bytes(b),
-                    ..
-                } => {
+                Content::Bytes(b) => {
                     let start = (offset as usize).min(b.len());
                     let end = start.saturating_add(size as usize).min(b.len());
                     reply.data(&b[start..end]);
                 }
-                Handle::File {
-                    content: Content::Draft(d),
-                    ..
-                } => {
+                Content::Draft(d) => {
                     let st = d.state.lock();
                     let start = (offset as usize).min(st.buf.len());
                     let end = start.saturating_add(size as usize).min(st.buf.len());
                     reply.data(&st.buf[start..end]);
                 }
-                Handle::File {
-                    content: stream @ Content::Stream { .. },
-                    ..
-                } => match self.tree.read_stream(stream, offset, u64::from(size)) {
-                    Ok(bytes) => reply.data(&bytes),
-                    Err(e) => {
-                        let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
-                        reply.error(refuse("read", &TreeError::Page(path, e)))
+                stream @ Content::Stream { .. } => {
+                    match self.tree.read_stream(stream, offset, u64::from(size)) {
+                        Ok(bytes) => reply.data(&bytes),
+                        Err(e) => {
+                            let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
+                            reply.error(refuse("read", &TreeError::Page(path, e)))
+                        }
                     }
-                },
-                Handle::Dir(_) => reply.error(Errno::EISDIR),
+                }
             }
         })
     }
@@ -494,7 +504,7 @@ impl Filesystem for Fs {
     ) {
         guarded("release", || {
             if let Some(h) = self.handles.remove(fh.0)
-                && let Handle::File {
+                && let Handle {
                     content: Content::Draft(_),
                     ..
                 } = &*h
@@ -510,14 +520,15 @@ impl Filesystem for Fs {
     /// `close` hears whether it worked.
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        let pid = req.pid();
         guarded("flush", || {
-            match self.node(ino).and_then(|n| self.tree.flush(&n)) {
+            match self.node(ino).and_then(|n| self.tree.flush(&n, Some(pid))) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(refuse("close", &e)),
             }
@@ -528,38 +539,25 @@ impl Filesystem for Fs {
         reply.ok();
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        guarded("opendir", || match self.node(ino) {
-            Ok(node) => {
-                self.watch(&node);
-                // A watched directory's listing may stay in the kernel's cache: any change
-                // to its entries invalidates the directory.
-                let cache = match &node {
-                    Node::Backing(rel) if self.watched(rel) => {
-                        FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
-                    }
-                    _ => FopenFlags::empty(),
-                };
-                let fh = self.handles.insert(Handle::Dir(Default::default()));
-                reply.opened(FileHandle(fh), cache);
-            }
-            Err(e) => reply.error(refuse("opendir", &e)),
-        })
+    /// Directories need no open: answering ENOSYS once makes the kernel skip `opendir`
+    /// and `releasedir` from then on, and keep every listing in its cache
+    /// (`FOPEN_CACHE_DIR`) until the directory's mtime changes or it is invalidated. Every
+    /// directory here changes its mtime with its listing (see the tree), and watched ones
+    /// are also invalidated as changes happen.
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.error(Errno::ENOSYS);
     }
 
     fn readdir(
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
         guarded("readdir", || {
-            let Some(h) = self.handles.get(fh.0) else {
-                return reply.error(Errno::EBADF);
-            };
-            let children = match self.listing(ino, &h, offset) {
+            let children = match self.listing(ino, offset) {
                 Ok(c) => c,
                 Err(e) => return reply.error(refuse("readdir", &e)),
             };
@@ -580,6 +578,9 @@ impl Filesystem for Fs {
                 }
                 next += 1;
             }
+            if next >= 2 + children.len() as u64 {
+                self.listed(ino);
+            }
             reply.ok();
         })
     }
@@ -588,15 +589,12 @@ impl Filesystem for Fs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
         guarded("readdirplus", || {
-            let Some(h) = self.handles.get(fh.0) else {
-                return reply.error(Errno::EBADF);
-            };
-            let children = match self.listing(ino, &h, offset) {
+            let children = match self.listing(ino, offset) {
                 Ok(c) => c,
                 Err(e) => return reply.error(refuse("readdir", &e)),
             };
@@ -629,20 +627,11 @@ impl Filesystem for Fs {
                 }
                 next += 1;
             }
+            if next >= 2 + children.len() as u64 {
+                self.listed(ino);
+            }
             reply.ok();
         })
-    }
-
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        self.handles.remove(fh.0);
-        reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -873,7 +862,7 @@ impl Filesystem for Fs {
             match made {
                 Ok((node, attr, content)) => {
                     let ino = self.inodes.lookup(&attr.identity, &node);
-                    let fh = self.handles.insert(Handle::File {
+                    let fh = self.handles.insert(Handle {
                         content,
                         _passthrough: None,
                     });
@@ -893,7 +882,7 @@ impl Filesystem for Fs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -903,10 +892,11 @@ impl Filesystem for Fs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let pid = req.pid();
         guarded("write", || {
             match self
                 .node(ino)
-                .and_then(|n| self.tree.write(&n, offset, data))
+                .and_then(|n| self.tree.write(&n, offset, data, pid))
             {
                 Ok(n) => reply.written(n as u32),
                 Err(e) => reply.error(refuse("write", &e)),

@@ -45,6 +45,10 @@ pub struct DraftState {
     pub perm: u16,
     /// When the last handle on it was released, for the alias grace.
     pub last_used: Instant,
+    /// The process (thread) that last wrote to it: only its `close` deposits, so that a
+    /// child that inherited the descriptor and exits early cannot deposit half a
+    /// message (the last release deposits in any case).
+    pub writer: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -88,6 +92,9 @@ pub struct Drafts {
     next: AtomicU64,
     by_name: Mutex<HashMap<(String, OsString), Arc<Draft>>>,
     by_id: Mutex<HashMap<u64, Arc<Draft>>>,
+    /// When each inbox's set of listed drafts last changed: part of the directory's
+    /// mtime, which is how the kernel learns its cached listing is stale.
+    changed: Mutex<HashMap<String, SystemTime>>,
 }
 
 /// Why a draft could not be made.
@@ -123,10 +130,13 @@ impl Drafts {
                 ctime: now,
                 perm,
                 last_used: Instant::now(),
+                writer: None,
             }),
         });
         by_name.insert(key, draft.clone());
         self.by_id.lock().insert(draft.id, draft.clone());
+        drop(by_name);
+        self.touch(agent);
         Ok(draft)
     }
 
@@ -163,6 +173,7 @@ impl Drafts {
             .lock()
             .remove(&(agent.to_string(), name.to_os_string()))?;
         self.by_id.lock().remove(&d.id);
+        self.touch(agent);
         Some(d)
     }
 
@@ -174,7 +185,21 @@ impl Drafts {
             self.by_id.lock().remove(&old.id);
         }
         *d.name.lock() = to.to_os_string();
+        drop(by_name);
+        self.touch(agent);
         Some(d)
+    }
+
+    /// Records that `agent`'s listed drafts changed now.
+    pub fn touch(&self, agent: &str) {
+        self.changed
+            .lock()
+            .insert(agent.to_string(), SystemTime::now());
+    }
+
+    /// When `agent`'s listed drafts last changed.
+    pub fn changed_at(&self, agent: &str) -> Option<SystemTime> {
+        self.changed.lock().get(agent).copied()
     }
 
     /// Forgets aliases whose grace has passed.

@@ -289,8 +289,16 @@ impl Tree {
     /// directory writable when the mount takes deposits.
     fn backing_node_attr(&self, rel: &Path, st: &Stat) -> Attr {
         let mut attr = self.backing_attr(st);
-        if self.deposits.is_some() && attr.kind == Kind::Dir && inbox_agent_of(rel).is_some() {
-            attr.perm = INBOX_DIR_PERM;
+        if attr.kind == Kind::Dir
+            && let Some(agent) = inbox_agent_of(rel)
+        {
+            if self.deposits.is_some() {
+                attr.perm = INBOX_DIR_PERM;
+            }
+            // Drafts come and go without touching the backing directory.
+            if let Some(at) = self.drafts.changed_at(agent) {
+                attr.mtime = attr.mtime.max(at);
+            }
         }
         attr
     }
@@ -327,9 +335,13 @@ impl Tree {
     /// The attributes of `node` as it is now; `NotFound` when it no longer exists.
     pub fn getattr(&self, node: &Node) -> Result<Attr, TreeError> {
         match node {
-            Node::MarkKind(_) | Node::Mark { .. } | Node::Agent { .. } | Node::Name(_) => {
-                self.attr_in(&*self.snapshot()?, node)
-            }
+            Node::MarksRoot
+            | Node::AgentsRoot
+            | Node::NamesRoot
+            | Node::MarkKind(_)
+            | Node::Mark { .. }
+            | Node::Agent { .. }
+            | Node::Name(_) => self.attr_in(&*self.snapshot()?, node),
             _ => self.attr_in(&Snapshot::default(), node),
         }
     }
@@ -338,8 +350,19 @@ impl Tree {
     /// listing reads the refs once, not once per entry).
     fn attr_in(&self, snap: &Snapshot, node: &Node) -> Result<Attr, TreeError> {
         match node {
-            Node::Root | Node::MarksRoot | Node::AgentsRoot | Node::NamesRoot => {
-                Ok(self.virtual_attr(node, Kind::Dir, 0, self.born))
+            // A directory's mtime changes whenever its listing does: the kernel keeps
+            // listings cached and drops one when it sees a new mtime.
+            Node::Root => {
+                let mtime = self
+                    .backing
+                    .lstat(Path::new(""))
+                    .map(|st| system_time(st.mtime))
+                    .unwrap_or(self.born);
+                Ok(self.virtual_attr(node, Kind::Dir, 0, mtime))
+            }
+            Node::MarksRoot | Node::AgentsRoot | Node::NamesRoot => {
+                let mtime = snap.changed_at.unwrap_or(self.born);
+                Ok(self.virtual_attr(node, Kind::Dir, 0, mtime))
             }
             Node::Backing(rel) => {
                 if !self.may_see(rel) {
@@ -406,10 +429,8 @@ impl Tree {
                 if !snap.marks.contains_key(kind) {
                     return Err(TreeError::NotFound(node.path()));
                 }
-                let mtime = self
-                    .refs
-                    .ref_mtime(&format!("{}{kind}", snap.flavour.mark_root()));
-                Ok(self.virtual_attr(node, Kind::Dir, 0, mtime.unwrap_or(self.born)))
+                let mtime = snap.changed_at.unwrap_or(self.born);
+                Ok(self.virtual_attr(node, Kind::Dir, 0, mtime))
             }
             Node::Mark { kind, id } => {
                 let oid =
@@ -460,8 +481,15 @@ impl Tree {
 
     fn git_attr(&self, node: &Node, entry: GitEntry, mtime: SystemTime) -> Result<Attr, TreeError> {
         Ok(match entry {
+            // A directory of an agent's tree changes whenever its branch moves.
             GitEntry::Tree(_) | GitEntry::Gitlink(_) => {
-                self.virtual_attr(node, Kind::Dir, 0, mtime)
+                let moved = match node {
+                    Node::Agent { id, .. } => self
+                        .refs
+                        .ref_mtime(&format!("{}{id}", crate::workspace::refs::AGENT_REF_PREFIX)),
+                    _ => None,
+                };
+                self.virtual_attr(node, Kind::Dir, 0, moved.unwrap_or(mtime).max(mtime))
             }
             GitEntry::Blob { oid, executable } => {
                 let (_, size) = self
@@ -1082,8 +1110,15 @@ impl Tree {
         Ok(Content::Draft(d))
     }
 
-    /// Writes `data` at `offset` into a draft; refuses past the size limit (EFBIG).
-    pub fn write(&self, node: &Node, offset: u64, data: &[u8]) -> Result<usize, TreeError> {
+    /// Writes `data` at `offset` into a draft for process `pid`; refuses past the size
+    /// limit (EFBIG).
+    pub fn write(
+        &self,
+        node: &Node,
+        offset: u64,
+        data: &[u8],
+        pid: u32,
+    ) -> Result<usize, TreeError> {
         let d = self.draft(node)?;
         let max = self.max_message_bytes();
         let mut st = d.state.lock();
@@ -1101,14 +1136,17 @@ impl Tree {
         }
         st.buf[start..end].copy_from_slice(data);
         st.dirty = true;
+        st.writer = Some(pid);
         st.mtime = SystemTime::now();
         st.ctime = st.mtime;
         Ok(data.len())
     }
 
-    /// Deposits a draft's content if it has unsaved bytes (each `close(2)` asks, and hears
-    /// the answer). An empty or private draft deposits nothing.
-    pub fn flush(&self, node: &Node) -> Result<(), TreeError> {
+    /// Deposits a draft's content if it has unsaved bytes. Each `close(2)` asks (with the
+    /// closing process in `by`) and hears the answer, but only the writer's own close
+    /// deposits; `by: None` is the last release, which deposits whoever it is. An empty
+    /// or private draft deposits nothing.
+    pub fn flush(&self, node: &Node, by: Option<u32>) -> Result<(), TreeError> {
         let Node::Draft { .. } = node else {
             return Ok(());
         };
@@ -1123,6 +1161,9 @@ impl Tree {
         // descriptors) can never deposit it twice.
         let mut st = d.state.lock();
         if st.deposited.is_some() || !st.dirty || st.buf.is_empty() {
+            return Ok(());
+        }
+        if by.is_some() && by != st.writer {
             return Ok(());
         }
         st.dirty = false;
@@ -1140,6 +1181,8 @@ impl Tree {
                 );
                 st.deposited = Some(done.published);
                 st.last_used = std::time::Instant::now();
+                drop(st);
+                self.drafts.touch(&d.agent);
                 Ok(())
             }
             Err(DepositError::Empty) => Ok(()),
@@ -1150,7 +1193,7 @@ impl Tree {
     /// The last handle on a draft closed: deposit what no flush did (errors can only be
     /// logged now), and start the alias grace.
     pub fn release(&self, node: &Node) {
-        if let Err(e) = self.flush(node) {
+        if let Err(e) = self.flush(node, None) {
             log::warn!("{e} (at release; the writer was not told)");
         }
         if let Ok(d) = self.draft(node) {
@@ -1248,7 +1291,7 @@ impl Tree {
                 id: d.id,
                 name: newname.to_os_string(),
             };
-            self.flush(&node)?;
+            self.flush(&node, None)?;
         }
         Ok(())
     }

@@ -68,6 +68,19 @@ pub struct Snapshot {
     pub clashes: BTreeMap<String, Vec<String>>,
     /// Ref names that could not be used as one path component, and so are not shown.
     pub skipped: Vec<String>,
+    /// When what this snapshot shows last changed: the mtime of the directories built
+    /// from it, so that the kernel drops a cached listing once it is stale.
+    pub changed_at: Option<SystemTime>,
+}
+
+impl Snapshot {
+    /// Whether two snapshots show the same thing (whenever they were taken).
+    fn same_view(&self, other: &Snapshot) -> bool {
+        self.agents == other.agents
+            && self.flavour == other.flavour
+            && self.marks == other.marks
+            && self.names == other.names
+    }
 }
 
 /// What a path inside an agent's committed tree is.
@@ -126,6 +139,9 @@ pub struct Refs {
     repo_dir: PathBuf,
     repo: Mutex<Repository>,
     cache: Mutex<Option<Cached>>,
+    /// The last snapshot read and when its view first appeared, kept across
+    /// invalidations so that an unchanged view keeps its time.
+    last_changed: Mutex<Option<(Snapshot, SystemTime)>>,
     objects: Mutex<HashMap<(Oid, bool), ObjectInfo>>,
 }
 
@@ -139,6 +155,7 @@ impl Refs {
             repo_dir: repo_dir.to_path_buf(),
             repo: Mutex::new(repo),
             cache: Mutex::new(None),
+            last_changed: Mutex::new(None),
             objects: Mutex::new(HashMap::new()),
         })
     }
@@ -154,7 +171,13 @@ impl Refs {
             return Ok(c.snapshot.clone());
         }
         let taken = Instant::now();
-        let snapshot = Arc::new(self.read_snapshot()?);
+        let mut snapshot = self.read_snapshot()?;
+        snapshot.changed_at = match (cache.as_ref(), self.last_changed.lock().as_ref()) {
+            (_, Some((prev, at))) if prev.same_view(&snapshot) => Some(*at),
+            _ => Some(SystemTime::now()),
+        };
+        *self.last_changed.lock() = snapshot.changed_at.map(|at| (snapshot.clone(), at));
+        let snapshot = Arc::new(snapshot);
         *cache = Some(Cached {
             fingerprint,
             taken,
@@ -244,6 +267,7 @@ impl Refs {
             names,
             clashes,
             skipped,
+            changed_at: None,
         })
     }
 
