@@ -45,9 +45,14 @@ const REFS_MASK: u32 = libc::IN_CREATE
 /// A change the view must reflect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
-    /// Entry `name` of backing directory `dir` (workspace-relative) was created, removed,
-    /// replaced, written or had its attributes changed.
-    Entry { dir: PathBuf, name: OsString },
+    /// Entry `name` of backing directory `dir` (workspace-relative) was created, removed
+    /// or replaced (`renamed`: the directory's names changed), or written or had its
+    /// attributes changed (only the entry itself changed).
+    Entry {
+        dir: PathBuf,
+        name: OsString,
+        renamed: bool,
+    },
     /// Backing directory `dir` itself went away or moved.
     Gone(PathBuf),
     /// A ref moved, appeared or went.
@@ -201,9 +206,16 @@ impl Watcher {
                         self.forget(ev.wd, &dir);
                         out.push(Change::Gone(dir));
                     } else if !name.is_empty() {
+                        let renamed = ev.mask
+                            & (libc::IN_CREATE
+                                | libc::IN_DELETE
+                                | libc::IN_MOVED_FROM
+                                | libc::IN_MOVED_TO)
+                            != 0;
                         out.push(Change::Entry {
                             dir,
                             name: name.to_os_string(),
+                            renamed,
                         });
                     }
                 }
@@ -246,7 +258,8 @@ mod tests {
         let changes = w.read_changes().unwrap();
         assert!(changes.contains(&Change::Entry {
             dir: "steps/a".into(),
-            name: "x".into()
+            name: "x".into(),
+            renamed: true,
         }));
         f.agent("id1", None, &[]).unwrap();
         let mut saw_refs = false;

@@ -991,9 +991,9 @@ impl Invalidator {
             }
         };
         match change {
-            Change::Entry { dir, name } => {
+            Change::Entry { dir, name, renamed } => {
                 let dir_node = Node::Backing(dir.clone());
-                if let Some(d) = inodes.ino_of(&dir_node) {
+                if renamed && let Some(d) = inodes.ino_of(&dir_node) {
                     quiet(n.inval_entry(INodeNo(d), &name));
                     quiet(n.inval_inode(INodeNo(d), 0, 0));
                 }
