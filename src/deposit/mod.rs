@@ -1,9 +1,30 @@
-//! The inbox write path: litany's atomic, sender-namespaced deposit (CONTRACT §3).
+//! The inbox write path: litany's atomic, sender-namespaced deposit (CONTRACT §3), done
+//! natively and without losing messages.
 //!
-//! [`render`] makes the bytes `litany message` would write; [`validate`] refuses what
-//! litany would choke on or what could forge provenance; [`publish`] gives them a name
-//! atomically and create-only; [`wake`] launches a driver when no executor holds the
-//! lock; errors carry their errno ([`DepositError::errno`]). Nothing here knows about FUSE.
+//! [`Depositor::deposit`] is the whole act, in litany's order: validate ([`validate`]:
+//! content, recipient, sender, each failure its own errno via [`DepositError::errno`]);
+//! render the bytes `litany message` would write ([`render`]); publish them atomically and
+//! create-only as `<sender>-<NNN>.md` ([`publish`]), under the [`guard`] that re-deposits
+//! a message a concurrent `litany message` renamed over; then wake the recipient like the
+//! verb does ([`wake`]), reading the executor lock instead of probing it. Nothing here
+//! knows about FUSE.
+//!
+//! # How the FUSE side drives it
+//!
+//! A file created in `inbox/<id>/` is a message being written, not a backing file:
+//! - `create`: check the recipient with [`Depositor::check_recipient`] (`ENOENT`), pick
+//!   the sender, and start an in-memory buffer. Nothing touches the inbox yet.
+//! - `write`: append to the buffer; refuse with [`Depositor::check_len`] (`EFBIG`) as soon
+//!   as the buffer would pass the limit.
+//! - `flush` (each `close(2)`): if the buffer holds bytes not yet deposited, call
+//!   [`Depositor::deposit`] and answer with its errno, so the writer's `close` reports the
+//!   failure; [`DepositError::Empty`] is success. Empty the buffer: a later write on
+//!   the same handle (a dup'd fd) starts a new message.
+//! - `release`: deposit only if no flush did (errors can only be logged here), then drop
+//!   the buffer.
+//!
+//! The deposit's name is litany's, never the one the writer chose: the created file is a
+//! staging handle, and the message appears as `<sender>-<NNN>.md` ([`Published::name`]).
 
 pub mod error;
 pub mod guard;
@@ -11,6 +32,15 @@ pub mod publish;
 pub mod render;
 pub mod validate;
 pub mod wake;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use git2::Repository;
+use parking_lot::Mutex;
 
 pub use error::DepositError;
 pub use guard::{Guard, GuardOptions, OnRedeposit};
@@ -20,3 +50,124 @@ pub use validate::{
     DEFAULT_MAX_MESSAGE_BYTES, check_content, check_len, check_recipient, check_sender,
 };
 pub use wake::{Wake, Waker, executor_busy, find_harness, launch};
+
+use crate::workspace::Workspace;
+
+/// How a [`Depositor`] behaves.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The largest content accepted, in bytes.
+    pub max_message_bytes: usize,
+    /// The harness launched as `<harness> advance <ws> <id>`; `None` searches `PATH` for
+    /// `litany`. Its environment is ours (minus `LITANY_LOCK_FD`), so `LITANY_HOME` must
+    /// be right for the workspace.
+    pub harness: Option<PathBuf>,
+    /// Protection against `litany message` renaming over our deposits; `None` turns it
+    /// off (then a same-sender race with litany can lose one of our messages).
+    pub guard: Option<GuardOptions>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            harness: None,
+            guard: Some(GuardOptions::default()),
+        }
+    }
+}
+
+/// A message that now sits in the recipient's inbox, and what was done to deliver it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deposited {
+    pub published: Published,
+    pub wake: Wake,
+}
+
+/// The deposit engine of one workspace.
+pub struct Depositor {
+    root: PathBuf,
+    repo: Mutex<Repository>,
+    max: usize,
+    waker: Arc<Waker>,
+    guard: Option<Guard>,
+}
+
+impl Depositor {
+    pub fn new(ws: &Workspace, opts: Options) -> Result<Self, DepositError> {
+        let repo_dir = ws.repo_dir();
+        let repo = Repository::open_bare(&repo_dir)
+            .map_err(|e| DepositError::git(format!("open {}", repo_dir.display()), e))?;
+        let waker = Arc::new(Waker::new(ws.root(), opts.harness.as_deref()));
+        let guard = opts.guard.and_then(|g| {
+            let waker = waker.clone();
+            let hook: OnRedeposit = Box::new(move |recipient, _| {
+                waker.wake(recipient);
+            });
+            Guard::new(ws.root(), g, Some(hook))
+                .map_err(|e| {
+                    log::warn!(
+                        "deposit guard unavailable ({e}); a same-sender race with \
+                         `litany message` can lose a deposit"
+                    )
+                })
+                .ok()
+        });
+        Ok(Self {
+            root: ws.root().to_path_buf(),
+            repo: Mutex::new(repo),
+            max: opts.max_message_bytes,
+            waker,
+            guard,
+        })
+    }
+
+    /// The configured size limit.
+    pub fn max_message_bytes(&self) -> usize {
+        self.max
+    }
+
+    /// `Err(TooLarge)` once a message being written reaches `len` bytes past the limit.
+    pub fn check_len(&self, len: u64) -> Result<(), DepositError> {
+        check_len(len, self.max)
+    }
+
+    /// Whether `recipient` can receive messages now (one component with an agent ref).
+    pub fn check_recipient(&self, recipient: &str) -> Result<(), DepositError> {
+        check_recipient(&self.repo.lock(), recipient)
+    }
+
+    /// Validates, renders and publishes `content` from `sender` to `recipient`, then
+    /// wakes the recipient. The deposit stands whatever the wake does.
+    pub fn deposit(
+        &self,
+        recipient: &str,
+        sender: &str,
+        content: &[u8],
+    ) -> Result<Deposited, DepositError> {
+        let text = check_content(content, self.max)?;
+        let from_name = {
+            let repo = self.repo.lock();
+            check_recipient(&repo, recipient)?;
+            check_sender(&repo, sender)?;
+            sender_name(&repo, sender)
+        };
+        let body = render(sender, from_name.as_deref(), &now_utc(), text);
+        let published = match &self.guard {
+            Some(g) => g.publish(recipient, sender, &body)?,
+            None => publish(&self.root, recipient, sender, &body)?,
+        };
+        log::debug!("deposited {}", published.path.display());
+        let wake = self.waker.wake(recipient);
+        Ok(Deposited { published, wake })
+    }
+
+    /// The guard, when it runs.
+    pub fn guard(&self) -> Option<&Guard> {
+        self.guard.as_ref()
+    }
+
+    pub fn waker(&self) -> &Waker {
+        &self.waker
+    }
+}
