@@ -13,8 +13,10 @@
 //! deleted, or [`GuardOptions::window`] passes. If within that time something is renamed
 //! onto its name while it still holds the name and the recipient's ref still exists, the
 //! content is re-deposited (and logged, and reported to the `on_redeposit` hook so the
-//! caller can wake the agent). Memory is bounded by [`GuardOptions::max_bytes`] and
-//! [`GuardOptions::max_records`]; the oldest records are dropped first, with a warning.
+//! caller can wake the agent). Each tracked deposit keeps its content and one descriptor
+//! on its own file (a file fd, not a directory fd); both are bounded by
+//! [`GuardOptions::max_bytes`] and [`GuardOptions::max_records`], the oldest records being
+//! dropped first, with a warning.
 //!
 //! # Why the detection is race-free
 //!
@@ -32,8 +34,13 @@
 //!    the worktree, or it was deleted): nothing to do. A later `IN_MOVED_TO` of a reused
 //!    name therefore always comes after the departure that freed it and is never
 //!    mistaken for a replacement.
-//! 4. Each decision is cross-checked against the inode now under the name: while ours is
-//!    still there, an event about that name was about somebody else and is ignored.
+//! 4. Each decision is cross-checked against the file now under the name: while ours is
+//!    still there, an event about that name was about somebody else and is ignored; and a
+//!    file of ours that is still linked somewhere (`st_nlink > 0`) was not lost. This
+//!    check is exact only because the record holds a descriptor on our file: an unlinked
+//!    inode nobody holds is freed, and ext4 readily gives its number to the very next
+//!    file, which can be a second litany rename onto the same name (observed in the race
+//!    test). Held open, our inode number cannot be reused.
 //! 5. litany's list-to-rename span is milliseconds (one `git show` for the sender's
 //!    name), so the window (minutes by default) closes long after any rename that raced
 //!    our link; a rename that lists after our link sees our file and picks a higher
@@ -42,12 +49,15 @@
 //! The one blind spot is a writer that *creates* (rather than renames) the very name and
 //! removes it again in the microseconds between the drain point and our link, and whose
 //! `IN_CREATE` is then taken for ours; no litany path creates final names that way. A
-//! queue overflow (`IN_Q_OVERFLOW`) loses events: records are then re-checked against
-//! the directory, and the ones whose file is gone are dropped with a warning, since
-//! "delivered" and "replaced" can no longer be told apart.
+//! queue overflow (`IN_Q_OVERFLOW`) loses events, so the records are settled from the
+//! files alone: ours still under its name stays tracked; ours linked elsewhere was
+//! delivered; ours unlinked while another file holds the name is taken as replaced and
+//! re-deposited (erring towards a duplicate rather than a loss); ours unlinked and the
+//! name empty was deleted.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -65,13 +75,14 @@ use super::DepositError;
 use super::publish::{InboxDir, Published, Staging};
 use super::validate::agent_exists;
 use crate::workspace::REPO_DIR;
+use crate::workspace::backing::fstat;
 
 /// How long a deposit stays protected if it is neither delivered nor deleted.
 pub const DEFAULT_GUARD_WINDOW: Duration = Duration::from_secs(120);
 /// The most message bytes the guard keeps for re-deposit.
 pub const DEFAULT_GUARD_BYTES: usize = 64 << 20;
-/// The most deposits the guard tracks at once.
-pub const DEFAULT_GUARD_RECORDS: usize = 4096;
+/// The most deposits the guard tracks at once (each holds one file descriptor).
+pub const DEFAULT_GUARD_RECORDS: usize = 256;
 
 /// How often the background thread wakes to expire records when nothing happens.
 const TICK: Duration = Duration::from_millis(500);
@@ -159,6 +170,8 @@ struct Record {
     recipient: String,
     sender: String,
     body: Vec<u8>,
+    /// Our published file, held open so that its inode number stays ours (point 4).
+    file: File,
     dev: u64,
     ino: u64,
     phase: Phase,
@@ -384,10 +397,18 @@ impl Shared {
         self.drain(st);
         let wd = self.watch(st, &dir, recipient);
         let published = staged.link(sender)?;
+        let file = staged.file().try_clone();
         drop(staged);
         drop(dir);
-        if let Some(wd) = wd {
-            self.remember(st, wd, recipient, sender, body, &published);
+        match (wd, file) {
+            (Some(wd), Ok(file)) => {
+                self.remember(st, wd, recipient, sender, body, file, &published)
+            }
+            (Some(_), Err(e)) => log::warn!(
+                "{}: not protected against a concurrent `litany message` ({e})",
+                published.path.display()
+            ),
+            (None, _) => {}
         }
         Ok(published)
     }
@@ -415,6 +436,7 @@ impl Shared {
         Some(wd)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn remember(
         &self,
         st: &mut State,
@@ -422,6 +444,7 @@ impl Shared {
         recipient: &str,
         sender: &str,
         body: Vec<u8>,
+        file: File,
         p: &Published,
     ) {
         st.next_serial += 1;
@@ -430,6 +453,7 @@ impl Shared {
             recipient: recipient.to_string(),
             sender: sender.to_string(),
             body,
+            file,
             dev: p.dev,
             ino: p.ino,
             phase: Phase::Awaiting,
@@ -527,8 +551,7 @@ impl Shared {
         let Some(path) = st.watches.get(&wd).map(|w| w.path.join(name)) else {
             return;
         };
-        let (dev, ino) = (rec.dev, rec.ino);
-        if holds(&path, dev, ino) {
+        if holds(&path, rec) {
             return; // point 4: ours is still there; the event was about another file
         }
         if mask & libc::IN_MOVED_TO == 0 {
@@ -536,7 +559,21 @@ impl Shared {
             forget(st, &key);
             return;
         }
-        let Some(rec) = forget(st, &key) else {
+        if still_linked(rec) {
+            log::debug!(
+                "{}: moved elsewhere before the rename onto it",
+                path.display()
+            );
+            forget(st, &key);
+            return;
+        }
+        self.replaced(st, &key, path);
+    }
+
+    /// Our file was replaced under `key`: queue its re-deposit, unless the recipient is
+    /// gone.
+    fn replaced(&self, st: &mut State, key: &(i32, String), path: PathBuf) {
+        let Some(rec) = forget(st, key) else {
             return;
         };
         if !self.recipient_exists(st, &rec.recipient) {
@@ -569,8 +606,9 @@ impl Shared {
         })
     }
 
-    /// Events were lost: keep the records whose file still holds its name, drop the rest.
+    /// Events were lost: settle every record from the files alone (module docs).
     fn overflowed(&self, st: &mut State) {
+        log::warn!("deposit guard: inotify queue overflowed; re-checking every deposit");
         let keys: Vec<_> = st.records.keys().cloned().collect();
         for key in keys {
             let Some(path) = st.watches.get(&key.0).map(|w| w.path.join(&key.1)) else {
@@ -580,15 +618,12 @@ impl Shared {
             let Some(rec) = st.records.get_mut(&key) else {
                 continue;
             };
-            if holds(&path, rec.dev, rec.ino) {
+            if holds(&path, rec) {
                 rec.phase = Phase::Present;
-            } else {
-                log::warn!(
-                    "deposit guard lost events; cannot tell whether {} was delivered or \
-                     replaced, so it is no longer protected",
-                    path.display()
-                );
+            } else if still_linked(rec) || std::fs::symlink_metadata(&path).is_err() {
                 forget(st, &key);
+            } else {
+                self.replaced(st, &key, path);
             }
         }
     }
@@ -628,11 +663,16 @@ fn forget(st: &mut State, key: &(i32, String)) -> Option<Record> {
     Some(rec)
 }
 
-/// Whether the file at `path` is (dev, ino).
-fn holds(path: &Path, dev: u64, ino: u64) -> bool {
+/// Whether the file at `path` is the record's (exact: the record holds the inode).
+fn holds(path: &Path, rec: &Record) -> bool {
     std::fs::symlink_metadata(path)
-        .map(|m| (m.dev(), m.ino()) == (dev, ino))
+        .map(|m| (m.dev(), m.ino()) == (rec.dev, rec.ino))
         .unwrap_or(false)
+}
+
+/// Whether the record's file still has a name anywhere (it was moved, not destroyed).
+fn still_linked(rec: &Record) -> bool {
+    fstat(&rec.file).map(|st| st.nlink > 0).unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -849,23 +889,61 @@ mod tests {
     }
 
     #[test]
-    fn an_overflow_keeps_only_what_it_can_still_tell() {
+    fn an_overflow_is_settled_from_the_files() {
         let (_t, f) = setup();
         let g = Guard::start(f.root(), GuardOptions::default(), None, false).unwrap();
         g.publish(A, "user", b"kept").unwrap();
         g.publish(A, "user", b"lost track").unwrap();
         litany_style(&f, "user-002.md", "theirs");
+        let p3 = g.publish(A, "user", b"delivered").unwrap();
+        std::fs::rename(&p3.path, f.root().join("003-user.md")).unwrap();
+        let p4 = g.publish(A, "user", b"deleted").unwrap();
+        std::fs::remove_file(&p4.path).unwrap();
         {
             let mut st = g.shared.state.lock();
             g.shared.apply(&mut st, -1, libc::IN_Q_OVERFLOW, b"");
         }
-        assert_eq!(g.tracked(), 1, "only user-001.md still holds its name");
-        // The queued events of before the overflow now decide nothing more.
-        g.sync();
-        assert_eq!(g.redeposits(), 0);
-        litany_style(&f, "user-001.md", "theirs 1");
+        // user-001.md still holds its name; user-002.md was replaced and is queued again;
+        // the delivered and the deleted ones are forgotten.
+        assert_eq!(g.tracked(), 1);
         g.sync();
         assert_eq!(g.redeposits(), 1);
+        assert_eq!(
+            inbox_files(&f),
+            [
+                pair("user-001.md", "kept"),
+                pair("user-002.md", "theirs"),
+                pair("user-003.md", "lost track"),
+            ]
+        );
+        litany_style(&f, "user-001.md", "theirs 1");
+        g.sync();
+        assert_eq!(g.redeposits(), 2);
+    }
+
+    #[test]
+    fn two_renames_onto_our_name_cannot_hide_behind_a_reused_inode() {
+        // Two litany processes that both picked our number: the first rename frees our
+        // inode; without a descriptor on it, the second file could get the same inode
+        // number and both events would look like "ours is still there".
+        let (_t, f) = setup();
+        let g = Guard::start(f.root(), GuardOptions::default(), None, false).unwrap();
+        let p = g.publish(A, "user", b"ours").unwrap();
+        litany_style(&f, "user-001.md", "first");
+        litany_style(&f, "user-001.md", "second");
+        let now = std::fs::metadata(&p.path).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_ne!(
+            now.ino(),
+            p.ino,
+            "our inode number was reused while tracked"
+        );
+        g.sync();
+        assert_eq!(g.redeposits(), 1);
+        assert_eq!(
+            inbox_files(&f),
+            [pair("user-001.md", "second"), pair("user-002.md", "ours")]
+        );
     }
 
     #[test]

@@ -326,6 +326,11 @@ const LINK_EMPTY_PATH: u8 = 1;
 const LINK_PROCFS: u8 = 2;
 
 impl Staged<'_> {
+    /// The staged file itself (it stays the published file after [`Staged::link`]).
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+
     /// Gives the file the next free `<sender>-<NNN>.md`, create-only, re-reading the
     /// listing after each lost race.
     pub(crate) fn link(&self, sender: &str) -> Result<Published, DepositError> {
