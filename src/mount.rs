@@ -446,6 +446,22 @@ fn redirect_stdout_to_null() {
     }
 }
 
+/// Raises the soft limit on open descriptors to the hard one: every open record holds a
+/// descriptor, and the handle table (not the default soft limit) is meant to bound them.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on a valid, initialised struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 fn serve(
     ws: &Path,
     mnt: &Path,
@@ -457,6 +473,7 @@ fn serve(
         .map_err(|e| MountError::Io(mnt.display().to_string(), e))?
         .dev();
     handle_signals(mnt.clone());
+    raise_fd_limit();
     let mut tree = Tree::new(workspace.clone())
         .map_err(|e| MountError::Daemon(e.to_string()))?
         .with_cache_bytes(opts.cache_bytes);

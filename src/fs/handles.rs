@@ -17,6 +17,11 @@ pub struct Handle {
     pub _passthrough: Option<Arc<BackingId>>,
 }
 
+/// The most files open through the mount at once; past it, `open` and `create` answer
+/// `ENFILE`. Each holds at most a descriptor or a draft, so this bounds what opens that
+/// are never closed can cost.
+pub const MAX_OPEN: usize = 65_536;
+
 #[derive(Default)]
 pub struct Handles {
     next: AtomicU64,
@@ -26,10 +31,15 @@ pub struct Handles {
 }
 
 impl Handles {
-    pub fn insert(&self, h: Handle) -> u64 {
+    /// A new handle number for `h`; `None` when [`MAX_OPEN`] are open already.
+    pub fn insert(&self, h: Handle) -> Option<u64> {
+        let mut open = self.open.lock();
+        if open.len() >= MAX_OPEN {
+            return None;
+        }
         let fh = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        self.open.lock().insert(fh, Arc::new(h));
-        fh
+        open.insert(fh, Arc::new(h));
+        Some(fh)
     }
 
     pub fn get(&self, fh: u64) -> Option<Arc<Handle>> {

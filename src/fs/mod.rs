@@ -101,6 +101,19 @@ fn refuse(op: &str, e: &TreeError) -> Errno {
     errno(e)
 }
 
+/// The refusal of an open past [`handles::MAX_OPEN`].
+fn too_many_open(ino: INodeNo) -> TreeError {
+    let e = std::io::Error::from_raw_os_error(libc::ENFILE);
+    TreeError::Io(
+        format!(
+            "inode {}: {} files open through the mount",
+            ino.0,
+            handles::MAX_OPEN
+        ),
+        e,
+    )
+}
+
 fn file_type(kind: Kind) -> FileType {
     match kind {
         Kind::Dir => FileType::Directory,
@@ -367,10 +380,12 @@ impl Filesystem for Fs {
             if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
                 return match self.tree.open_write(&node, flags.0 & libc::O_TRUNC != 0) {
                     Ok(content) => {
-                        let fh = self.handles.insert(Handle {
+                        let Some(fh) = self.handles.insert(Handle {
                             content,
                             _passthrough: None,
-                        });
+                        }) else {
+                            return reply.error(refuse("open", &too_many_open(ino)));
+                        };
                         reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
                     }
                     Err(e) => reply.error(refuse("open for writing", &e)),
@@ -408,10 +423,12 @@ impl Filesystem for Fs {
                     } else {
                         None
                     };
-                    let fh = self.handles.insert(Handle {
+                    let Some(fh) = self.handles.insert(Handle {
                         content: Content::File(f),
                         _passthrough: id.clone(),
-                    });
+                    }) else {
+                        return reply.error(refuse("open", &too_many_open(ino)));
+                    };
                     match id {
                         Some(id) => {
                             reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id)
@@ -425,10 +442,12 @@ impl Filesystem for Fs {
                         Content::Draft(_) => FopenFlags::FOPEN_DIRECT_IO,
                         _ => FopenFlags::empty(),
                     };
-                    let fh = self.handles.insert(Handle {
+                    let Some(fh) = self.handles.insert(Handle {
                         content,
                         _passthrough: None,
-                    });
+                    }) else {
+                        return reply.error(refuse("open", &too_many_open(ino)));
+                    };
                     reply.opened(FileHandle(fh), flags);
                 }
                 Err(e) => reply.error(refuse("open", &e)),
@@ -862,10 +881,13 @@ impl Filesystem for Fs {
             match made {
                 Ok((node, attr, content)) => {
                     let ino = self.inodes.lookup(&attr.identity, &node);
-                    let fh = self.handles.insert(Handle {
+                    let Some(fh) = self.handles.insert(Handle {
                         content,
                         _passthrough: None,
-                    });
+                    }) else {
+                        self.inodes.forget(ino, 1);
+                        return reply.error(refuse("create", &too_many_open(INodeNo(ino))));
+                    };
                     let fattr = self.fuse_attr(ino, &attr);
                     reply.created(
                         &SHORT_TTL,
