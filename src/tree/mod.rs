@@ -449,20 +449,7 @@ impl Tree {
                 Ok(self.virtual_attr(node, Kind::File, size, mtime))
             }
             Node::Agent { id, path } => {
-                let tip = *snap
-                    .agents
-                    .get(id)
-                    .ok_or_else(|| TreeError::NotFound(node.path()))?;
-                let parts: Vec<&str> = path.iter().map(String::as_str).collect();
-                let entry = self
-                    .refs
-                    .entry_at(tip, &parts)
-                    .map_err(|e| TreeError::git(node.path(), e))?
-                    .ok_or_else(|| TreeError::NotFound(node.path()))?;
-                let mtime = self
-                    .refs
-                    .commit_time(tip)
-                    .map_err(|e| TreeError::git(node.path(), e))?;
+                let (entry, mtime) = self.agent_entry(snap, node, id, path)?;
                 self.git_attr(node, entry, mtime)
             }
             Node::Name(name) => {
@@ -477,6 +464,29 @@ impl Tree {
                 Ok(self.virtual_attr(node, Kind::Symlink, name_target(id).len() as u64, mtime))
             }
         }
+    }
+
+    /// What `agents/<id>/<path>` is at the agent's tip in `snap`, and the tip's time.
+    fn agent_entry(
+        &self,
+        snap: &Snapshot,
+        node: &Node,
+        id: &str,
+        path: &[String],
+    ) -> Result<(GitEntry, SystemTime), TreeError> {
+        let git_err = |e| TreeError::git(node.path(), e);
+        let tip = *snap
+            .agents
+            .get(id)
+            .ok_or_else(|| TreeError::NotFound(node.path()))?;
+        let parts: Vec<&str> = path.iter().map(String::as_str).collect();
+        let entry = self
+            .refs
+            .entry_at(tip, &parts)
+            .map_err(git_err)?
+            .ok_or_else(|| TreeError::NotFound(node.path()))?;
+        let mtime = self.refs.commit_time(tip).map_err(git_err)?;
+        Ok((entry, mtime))
     }
 
     fn git_attr(&self, node: &Node, entry: GitEntry, mtime: SystemTime) -> Result<Attr, TreeError> {
@@ -695,21 +705,7 @@ impl Tree {
                 }
             }
             Node::Agent { id, path } => {
-                let snap = self.snapshot()?;
-                let tip = *snap
-                    .agents
-                    .get(id)
-                    .ok_or_else(|| TreeError::NotFound(node.path()))?;
-                let parts: Vec<&str> = path.iter().map(String::as_str).collect();
-                let entry = self
-                    .refs
-                    .entry_at(tip, &parts)
-                    .map_err(|e| TreeError::git(node.path(), e))?
-                    .ok_or_else(|| TreeError::NotFound(node.path()))?;
-                let mtime = self
-                    .refs
-                    .commit_time(tip)
-                    .map_err(|e| TreeError::git(node.path(), e))?;
+                let (entry, mtime) = self.agent_entry(&*self.snapshot()?, node, id, path)?;
                 let tree = match entry {
                     GitEntry::Tree(oid) => oid,
                     GitEntry::Gitlink(_) => return Ok(out),
@@ -794,27 +790,16 @@ impl Tree {
                 Ok(Content::Bytes(Arc::new(bytes)))
             }
             Node::Agent { id, path } => {
-                let snap = self.snapshot()?;
-                let tip = *snap
-                    .agents
-                    .get(id)
-                    .ok_or_else(|| TreeError::NotFound(node.path()))?;
-                let parts: Vec<&str> = path.iter().map(String::as_str).collect();
-                match self
-                    .refs
-                    .entry_at(tip, &parts)
-                    .map_err(|e| TreeError::git(node.path(), e))?
-                {
-                    Some(GitEntry::Blob { oid, .. }) => {
+                match self.agent_entry(&*self.snapshot()?, node, id, path)?.0 {
+                    GitEntry::Blob { oid, .. } => {
                         let bytes = self
                             .refs
                             .blob(oid)
                             .map_err(|e| TreeError::git(node.path(), e))?;
                         Ok(Content::Bytes(Arc::new(bytes)))
                     }
-                    Some(GitEntry::Link(_)) => Err(TreeError::Loop(node.path())),
-                    Some(_) => Err(TreeError::IsDir(node.path())),
-                    None => Err(TreeError::NotFound(node.path())),
+                    GitEntry::Link(_) => Err(TreeError::Loop(node.path())),
+                    GitEntry::Tree(_) | GitEntry::Gitlink(_) => Err(TreeError::IsDir(node.path())),
                 }
             }
             Node::Name(_) => Err(TreeError::Loop(node.path())),
@@ -862,18 +847,8 @@ impl Tree {
                 Ok(name_target(id).into_bytes())
             }
             Node::Agent { id, path } => {
-                let snap = self.snapshot()?;
-                let tip = *snap
-                    .agents
-                    .get(id)
-                    .ok_or_else(|| TreeError::NotFound(node.path()))?;
-                let parts: Vec<&str> = path.iter().map(String::as_str).collect();
-                match self
-                    .refs
-                    .entry_at(tip, &parts)
-                    .map_err(|e| TreeError::git(node.path(), e))?
-                {
-                    Some(GitEntry::Link(oid)) => self
+                match self.agent_entry(&*self.snapshot()?, node, id, path)?.0 {
+                    GitEntry::Link(oid) => self
                         .refs
                         .blob(oid)
                         .map_err(|e| TreeError::git(node.path(), e)),
