@@ -488,3 +488,29 @@ fn a_child_that_inherits_the_descriptor_does_not_deposit_half_a_message() {
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!(split(&d[0].1).1, b"part 1, part 2");
 }
+
+#[test]
+fn writing_the_same_name_twice_sends_two_messages() {
+    let w = workspace();
+    let m = mount(&w, &[]);
+    let f = m.path(&format!("inbox/{A}/note"));
+    assert!(
+        sh(&format!(
+            "echo first > '{0}' && echo second > '{0}'",
+            f.display()
+        ))
+        .status
+        .success()
+    );
+    // Appending to what was just sent is refused: a message is immutable.
+    let out = sh(&format!("echo third >> '{}'", f.display()));
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Operation not permitted"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = deposits(&w.f.inbox(A));
+    let bodies: Vec<Vec<u8>> = d.iter().map(|(_, b)| split(b).1).collect();
+    assert_eq!(bodies, [b"first\n".to_vec(), b"second\n".to_vec()]);
+}

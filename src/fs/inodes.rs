@@ -1,10 +1,14 @@
 //! The inode table: FUSE inode numbers for the tree's nodes.
 //!
-//! A number is tied to a node's [`Identity`], not to its name: a backing file keeps its
-//! number while its (device, inode) lives, whatever it is renamed to, and a reused inbox
-//! name gets a fresh number. Entries are counted as the kernel counts lookups and dropped
-//! when it forgets them, so the table holds only what the kernel still references, plus
-//! listing-only entries (see [`InodeTable::peek_or_insert`]).
+//! A number is tied to a node's [`Identity`], not to its name. A backing file on the
+//! workspace's own device is numbered by its backing inode number, so it keeps its number
+//! for as long as it exists, whatever it is renamed to and however often the kernel
+//! forgets it; a reused inbox name is a new file and so a new number. Everything else
+//! (git-derived nodes, drafts, files on another device) gets a number from a range no
+//! backing inode uses, kept while the kernel references it. Entries are counted as the
+//! kernel counts lookups and dropped when it forgets them, so the table holds only what
+//! the kernel still references, plus listing-only entries (see
+//! [`InodeTable::peek_or_insert`]).
 
 use std::collections::HashMap;
 
@@ -14,6 +18,8 @@ use crate::tree::{Identity, Node};
 
 /// The root's inode number, fixed by the protocol.
 pub const ROOT_INO: u64 = 1;
+/// Where numbers that are not backing inode numbers start: above any a file system gives.
+pub const ALLOCATED_BASE: u64 = 1 << 63;
 
 struct Slot {
     node: Node,
@@ -32,10 +38,19 @@ struct Inner {
 
 pub struct InodeTable {
     inner: Mutex<Inner>,
+    /// The device whose inode numbers are used as they are.
+    root_dev: Option<u64>,
 }
 
 impl Default for InodeTable {
     fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+impl InodeTable {
+    /// A table numbering backing files on `root_dev` by their own inode numbers.
+    pub fn new(root_dev: Option<u64>) -> Self {
         let mut slots = HashMap::new();
         let root = Identity::Virtual(Node::Root);
         slots.insert(
@@ -51,13 +66,23 @@ impl Default for InodeTable {
                 by_identity: HashMap::from([(root, ROOT_INO)]),
                 by_node: HashMap::from([(Node::Root, ROOT_INO)]),
                 slots,
-                next: ROOT_INO + 1,
+                next: ALLOCATED_BASE,
             }),
+            root_dev,
         }
     }
-}
 
-impl InodeTable {
+    /// The number `identity` has by construction, if it has one.
+    fn derived(&self, identity: &Identity) -> Option<u64> {
+        match identity {
+            Identity::Backing { dev, ino }
+                if Some(*dev) == self.root_dev && *ino != ROOT_INO && *ino < ALLOCATED_BASE =>
+            {
+                Some(*ino)
+            }
+            _ => None,
+        }
+    }
     /// The number for `identity`, counting one kernel lookup. `node` becomes the path by
     /// which the number is resolved from now on (a renamed backing file moves with it).
     pub fn lookup(&self, identity: &Identity, node: &Node) -> u64 {
@@ -85,8 +110,14 @@ impl InodeTable {
             }
             return ino;
         }
-        let ino = inner.next;
-        inner.next += 1;
+        let ino = match self.derived(identity) {
+            Some(ino) => ino,
+            None => {
+                let ino = inner.next;
+                inner.next += 1;
+                ino
+            }
+        };
         inner.by_identity.insert(identity.clone(), ino);
         inner.by_node.insert(node.clone(), ino);
         inner.slots.insert(
@@ -168,6 +199,24 @@ mod tests {
         assert_eq!(t.get(first).map(|g| g.0), Some(renamed.clone()));
         assert_eq!(t.ino_of(&renamed), Some(first));
         assert_eq!(t.ino_of(&name), Some(second));
+    }
+
+    #[test]
+    fn backing_files_on_the_root_device_keep_their_own_numbers() {
+        let t = InodeTable::new(Some(7));
+        let a = Identity::Backing { dev: 7, ino: 4242 };
+        let node = Node::Backing("steps/x/001/response.json".into());
+        assert_eq!(t.lookup(&a, &node), 4242);
+        t.forget(4242, 1);
+        assert!(t.get(4242).is_none());
+        assert_eq!(
+            t.lookup(&a, &node),
+            4242,
+            "forgotten and looked up again: same number"
+        );
+        let other_dev = Identity::Backing { dev: 8, ino: 4242 };
+        assert!(t.lookup(&other_dev, &node) >= ALLOCATED_BASE);
+        assert!(t.lookup(&Identity::Virtual(Node::MarksRoot), &Node::MarksRoot) >= ALLOCATED_BASE);
     }
 
     #[test]

@@ -47,7 +47,10 @@ pub const SHORT_TTL: Duration = Duration::from_millis(250);
 const MAX_LISTINGS: usize = 1024;
 
 /// Kernel features asked for at `init`, each taken only if the kernel offers it.
-const WANTED: [InitFlags; 3] = [
+const WANTED: [InitFlags; 4] = [
+    // O_TRUNC arrives with the open, so that `> f` on a message just sent can start a
+    // new one rather than being an open for writing (refused) followed by a truncate.
+    InitFlags::FUSE_ATOMIC_O_TRUNC,
     // Listings carry attributes, so `ls -l` and `find` need no lookup per entry.
     InitFlags::FUSE_DO_READDIRPLUS,
     // A changed mtime or size drops cached pages: `tail -f` sees appended bytes.
@@ -124,6 +127,7 @@ fn file_type(kind: Kind) -> FileType {
 
 impl Fs {
     pub fn new(tree: Arc<Tree>) -> Self {
+        let root_dev = tree.backing().lstat(Path::new("")).ok().map(|st| st.dev);
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let watcher = match Watcher::new(&tree.workspace().repo_dir()) {
@@ -136,7 +140,7 @@ impl Fs {
         Self {
             state: Arc::new(State {
                 tree,
-                inodes: InodeTable::default(),
+                inodes: InodeTable::new(root_dev),
                 handles: Handles::default(),
                 watcher,
                 listings: Mutex::new(HashMap::new()),

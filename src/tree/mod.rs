@@ -558,8 +558,13 @@ impl Tree {
                     });
                 }
             }
+            // A draft answers for its name, except that a deposited draft's alias never
+            // hides a real deposit of the same name.
             Node::Backing(rel) => {
-                match inbox_agent(parent).and_then(|a| self.drafts.get(a, name)) {
+                match inbox_agent(parent)
+                    .and_then(|a| self.drafts.get(a, name))
+                    .filter(|d| d.listed() || self.backing.lstat(&rel.join(name)).is_err())
+                {
                     Some(d) => Node::Draft {
                         agent: d.agent.clone(),
                         id: d.id,
@@ -1068,13 +1073,25 @@ impl Tree {
             .map_or(0, |d| d.depositor.max_message_bytes() as u64)
     }
 
-    /// Opens `node` for writing: only a draft that is not yet deposited can be.
+    /// Opens `node` for writing: only a draft can be. A deposited draft's alias opened
+    /// with `O_TRUNC` starts a new message under the same name (`echo a > f; echo b > f`
+    /// sends two); any other write to it is refused, as a message is immutable.
     pub fn open_write(&self, node: &Node, truncate: bool) -> Result<Content, TreeError> {
         let d = self.draft(node)?;
         {
             let mut st = d.state.lock();
             if st.deposited.is_some() {
-                return Err(TreeError::Immutable(node.path()));
+                if !truncate {
+                    return Err(TreeError::Immutable(node.path()));
+                }
+                st.deposited = None;
+                st.buf.clear();
+                st.dirty = false;
+                st.writer = None;
+                st.mtime = SystemTime::now();
+                drop(st);
+                self.drafts.touch(&d.agent);
+                return Ok(Content::Draft(d));
             }
             if truncate && !st.buf.is_empty() {
                 st.buf.clear();
@@ -1166,13 +1183,11 @@ impl Tree {
     }
 
     /// The last handle on a draft closed: deposit what no flush did (errors can only be
-    /// logged now), and start the alias grace.
+    /// logged now). The alias grace runs from the deposit (or a later change of times or
+    /// mode), not from reads, so a reader cannot keep an alias alive.
     pub fn release(&self, node: &Node) {
         if let Err(e) = self.flush(node, None) {
             log::warn!("{e} (at release; the writer was not told)");
-        }
-        if let Ok(d) = self.draft(node) {
-            d.state.lock().last_used = std::time::Instant::now();
         }
     }
 
