@@ -601,7 +601,8 @@ impl Filesystem for Fs {
                 }
                 next += 1;
             }
-            if next >= 2 + children.len() as u64 {
+            // The kernel reads on until a call returns nothing: that call ends the listing.
+            if offset >= 2 + children.len() as u64 {
                 self.listed(ino);
             }
             reply.ok();
@@ -661,7 +662,8 @@ impl Filesystem for Fs {
                 }
                 next += 1;
             }
-            if next >= 2 + children.len() as u64 {
+            // The kernel reads on until a call returns nothing: that call ends the listing.
+            if offset >= 2 + children.len() as u64 {
                 self.listed(ino);
             }
             reply.ok();

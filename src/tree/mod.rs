@@ -647,20 +647,7 @@ impl Tree {
                         .iter()
                         .any(|c| c.name == crate::paging::address::OUTPUT_FILE)
                 {
-                    for stream in Stream::ALL {
-                        let node = Node::Stream {
-                            record: record.clone(),
-                            stream,
-                        };
-                        match self.getattr(&node) {
-                            Ok(attr) => out.push(Child {
-                                name: stream.as_str().into(),
-                                node,
-                                attr,
-                            }),
-                            Err(e) => log::debug!("{e}: its streams are not listed"),
-                        }
-                    }
+                    self.push_streams(&mut out, &record);
                 }
                 if let Some(agent) = inbox_agent(node) {
                     for d in self.drafts.listed(agent) {
@@ -750,6 +737,40 @@ impl Tree {
             }
         }
         Ok(out)
+    }
+
+    /// Adds the `stdout` and `stderr` files of `record` to a tool directory's listing,
+    /// opening the record once for both; a record that does not parse gets none.
+    fn push_streams(&self, out: &mut Vec<Child>, record: &RecordPath) {
+        if !self.may_page(record) {
+            return;
+        }
+        let first = Node::Stream {
+            record: record.clone(),
+            stream: Stream::Stdout,
+        };
+        let (file, key, st) = match self.record(record, &first) {
+            Ok(r) => r,
+            Err(e) => return log::debug!("{e}: its streams are not listed"),
+        };
+        for stream in Stream::ALL {
+            let node = Node::Stream {
+                record: record.clone(),
+                stream,
+            };
+            match self.pages.stream_len(&file, key, stream) {
+                Ok(len) => {
+                    let mut attr = self.virtual_attr(&node, Kind::File, len, system_time(st.mtime));
+                    attr.ctime = system_time(st.ctime);
+                    out.push(Child {
+                        name: stream.as_str().into(),
+                        node,
+                        attr,
+                    });
+                }
+                Err(e) => return log::debug!("{}: {e}: its streams are not listed", node.path()),
+            }
+        }
     }
 
     /// Adds `node` to a listing unless it vanished between the snapshot and its stat.
