@@ -3,15 +3,18 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use litanyfs::deposit::validate::sender_shape_ok;
 use litanyfs::workspace::ids::is_component;
 use litanyfs::workspace::inbox::{
     USER_SENDER, message_filename, next_sequence, pending_sender, sequence_of,
 };
 
 /// A sender whose deposits a drain takes: `user`, or an agent id (one path component)
-/// that is not a dotfile.
+/// that is not a dotfile. Every sender the deposit engine accepts is one.
 fn drained(sender: &str) -> bool {
-    sender == USER_SENDER || (is_component(sender) && !sender.starts_with('.'))
+    let drained = sender == USER_SENDER || (is_component(sender) && !sender.starts_with('.'));
+    assert!(drained || !sender_shape_ok(sender), "{sender:?}");
+    drained
 }
 
 fuzz_target!(|input: (String, u32, Vec<String>)| {

@@ -11,7 +11,8 @@ use std::path::{Component, Path};
 
 use libfuzzer_sys::fuzz_target;
 use litanyfs::fixture::Fixture;
-use litanyfs::tree::{Content, Node, Tree};
+use litanyfs::paging::{Address, PAGE_BYTES};
+use litanyfs::tree::{Content, Node, Tree, XATTR_NEXT};
 use litanyfs::workspace::Workspace;
 use litanyfs::workspace::refs::Flavour;
 
@@ -131,6 +132,37 @@ fn check_confined(root: &Path, node: &Node) {
     }
 }
 
+/// A page is the slice of its whole stream that it names, of the size its attributes
+/// give, and its `next` xattr is the address just past it.
+fn check_page(tree: &Tree, node: &Node, address: &Address) {
+    let Ok(Content::Bytes(page)) = tree.open(node) else {
+        return;
+    };
+    let attr = tree.getattr(node).expect("an open page has attributes");
+    assert_eq!(attr.size, page.len() as u64, "{address}");
+    let whole = Node::Stream {
+        record: address.record.clone(),
+        stream: address.stream,
+    };
+    let stream = tree.open(&whole).expect("a page's stream opens");
+    let slice = tree
+        .read_stream(&stream, address.offset, PAGE_BYTES)
+        .expect("a page's stream reads");
+    assert_eq!(slice, page.as_slice(), "{address}");
+    let len = tree
+        .getattr(&whole)
+        .expect("a page's stream has attributes")
+        .size;
+    let end = address.offset + page.len() as u64;
+    let xattrs = tree.xattrs(node).expect("a page has xattrs");
+    let next = xattrs
+        .iter()
+        .find(|(k, _)| k == XATTR_NEXT)
+        .map(|(_, v)| v.clone());
+    let want = (end < len).then(|| address.moved_to(end).to_string().into_bytes());
+    assert_eq!(next, want, "{address}");
+}
+
 /// Ask `node` everything a reader could.
 fn visit(root: &Path, tree: &Tree, node: &Node) {
     check_path(node);
@@ -150,6 +182,9 @@ fn visit(root: &Path, tree: &Tree, node: &Node) {
                 Err(e) => panic!("{:?} listed in {node:?} but not found: {e}", child.name),
             }
         }
+    }
+    if let Node::Page(address) = node {
+        check_page(tree, node, address);
     }
     match tree.open(node) {
         Ok(Content::File(mut f)) => {
