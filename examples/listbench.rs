@@ -25,6 +25,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    println!("{dirs} dirs, {entries} entries, {:?}", t.elapsed());
+    let rss = std::fs::read_to_string("/proc/self/status")?
+        .lines()
+        .find(|l| l.starts_with("VmHWM"))
+        .unwrap_or_default()
+        .to_string();
+    println!(
+        "{dirs} dirs, {entries} entries, {:?}; page cache {} bytes in {} captures; {rss}",
+        t.elapsed(),
+        tree.pages().used_bytes(),
+        tree.pages().entries()
+    );
     Ok(())
 }

@@ -52,7 +52,7 @@ impl InodeTable {
     /// A table numbering backing files on `root_dev` by their own inode numbers.
     pub fn new(root_dev: Option<u64>) -> Self {
         let mut slots = HashMap::new();
-        let root = Identity::Virtual(Node::Root);
+        let root = Identity::Virtual(Box::new(Node::Root));
         slots.insert(
             ROOT_INO,
             Slot {
@@ -216,13 +216,18 @@ mod tests {
         );
         let other_dev = Identity::Backing { dev: 8, ino: 4242 };
         assert!(t.lookup(&other_dev, &node) >= ALLOCATED_BASE);
-        assert!(t.lookup(&Identity::Virtual(Node::MarksRoot), &Node::MarksRoot) >= ALLOCATED_BASE);
+        assert!(
+            t.lookup(
+                &Identity::Virtual(Box::new(Node::MarksRoot)),
+                &Node::MarksRoot
+            ) >= ALLOCATED_BASE
+        );
     }
 
     #[test]
     fn forget_drops_entries_and_keeps_the_root() {
         let t = InodeTable::default();
-        let a = Identity::Virtual(Node::MarksRoot);
+        let a = Identity::Virtual(Box::new(Node::MarksRoot));
         let ino = t.lookup(&a, &Node::MarksRoot);
         t.lookup(&a, &Node::MarksRoot);
         t.forget(ino, 1);

@@ -634,7 +634,7 @@ impl Filesystem for Fs {
                     mtime: SystemTime::UNIX_EPOCH,
                     ctime: SystemTime::UNIX_EPOCH,
                     atime: SystemTime::UNIX_EPOCH,
-                    identity: crate::tree::Identity::Virtual(Node::Root),
+                    identity: crate::tree::Identity::Virtual(Box::new(Node::Root)),
                 },
             );
             let mut next = offset;

@@ -82,7 +82,8 @@ pub enum Identity {
         dev: u64,
         ino: u64,
     },
-    Virtual(Node),
+    /// Boxed: identities are hash keys of the inode table, and most are backing files.
+    Virtual(Box<Node>),
     /// A draft, by its number: it keeps its inode when renamed.
     Draft(u64),
 }
@@ -281,7 +282,7 @@ impl Tree {
             mtime,
             ctime: mtime,
             atime: mtime,
-            identity: Identity::Virtual(node.clone()),
+            identity: Identity::Virtual(Box::new(node.clone())),
         }
     }
 
