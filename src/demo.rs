@@ -98,9 +98,11 @@ pub fn build(ws: &Path) -> Result<()> {
     Ok(())
 }
 
-/// What to try once the sample is mounted at `mnt`.
-pub fn tour(mnt: &Path) -> String {
+/// What to try once the sample is mounted at `mnt`; `bin` is how to call this binary.
+pub fn tour(mnt: &Path, bin: &Path) -> String {
     let m = mnt.display();
+    let b = bin.display();
+    let tool = format!("{m}/steps/{ROOT_ID}/001/tools/toolu_fake1");
     format!(
         "\
 litanyfs: the sample workspace is mounted at {m}
@@ -109,15 +111,17 @@ Try:
   ls {m}                                   # agents inbox marks names steps
   ls -l {m}/names/                         # a symlink per named agent
   cat {m}/names/BoulderThunder/goal.md     # an agent's committed tree, read from git
-  ls {m}/agents/{ROOT_ID}/messages
   find {m}/steps -type f                   # every step record, as on disk
+  cat '{tool}/output.json#stdout@2048'     # the page read_tool_output returns for that address
+  tail -c 20 {tool}/stdout                 # the whole decoded stream
   cat {m}/inbox/{ROOT_ID}/user-001.md      # a pending deposit
+  echo 'and then stop' > {m}/inbox/{ROOT_ID}/note   # deposits as user-002.md
+  ls {m}/inbox/{ROOT_ID}
   cat {m}/marks/cwd/{ROOT_ID}              # a blob mark reads as its value
   cat {m}/marks/returned/{CHILD_ID}        # a commit mark reads as its id
-  grep -r 2999 {m}/steps                   # ordinary tools just work
   touch {m}/steps/x                        # refused: Read-only file system
 
-Unmount with: litanyfs unmount {m}
+Unmount with: {b} unmount {m}
 "
     )
 }

@@ -181,7 +181,8 @@ fn demo(dir: &std::path::Path) -> Result<(), String> {
         auto_unmount: false,
     };
     let log = mount::spawn_daemon(&ws, &mnt, &opts).map_err(|e| e.to_string())?;
-    print!("{}", litanyfs::demo::tour(&mnt));
+    let bin = std::env::current_exe().unwrap_or_else(|_| "litanyfs".into());
+    print!("{}", litanyfs::demo::tour(&mnt, &bin));
     println!("The daemon logs to {}", log.display());
     Ok(())
 }
