@@ -260,6 +260,9 @@ fn every_common_writer_deposits_exactly_once() {
 fn nano_write(path: &Path, text: &str) {
     let session = format!("litanyfs-nano-{}", std::process::id());
     let tmux = |args: &[&str]| Command::new("tmux").args(args).output().unwrap();
+    let screen = || {
+        String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", &session]).stdout).into_owned()
+    };
     let cmd = format!("nano '{}'", path.display());
     assert!(
         tmux(&[
@@ -276,12 +279,31 @@ fn nano_write(path: &Path, text: &str) {
         .status
         .success()
     );
-    std::thread::sleep(Duration::from_millis(500));
-    tmux(&["send-keys", "-t", &session, text]);
+    // Each key goes in once nano shows it is ready for it.
+    assert!(
+        eventually(Duration::from_secs(10), || screen().contains("^X")),
+        "nano did not start: {}",
+        screen()
+    );
+    tmux(&["send-keys", "-t", &session, "-l", text]);
+    assert!(
+        eventually(Duration::from_secs(5), || screen().contains(text)),
+        "{}",
+        screen()
+    );
     tmux(&["send-keys", "-t", &session, "C-o"]);
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        eventually(Duration::from_secs(5), || screen()
+            .contains("File Name to Write")),
+        "{}",
+        screen()
+    );
     tmux(&["send-keys", "-t", &session, "Enter"]);
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        eventually(Duration::from_secs(5), || screen().contains("Wrote")),
+        "{}",
+        screen()
+    );
     tmux(&["send-keys", "-t", &session, "C-x"]);
     let gone = eventually(Duration::from_secs(5), || {
         !tmux(&["has-session", "-t", &session]).status.success()
