@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use git2::{Oid, Repository, Signature};
 
-use crate::workspace::refs::{AGENT_REF_PREFIX, Flavour, NAME_FILE};
+use crate::workspace::refs::{Flavour, NAME_FILE, agent_ref};
 use crate::workspace::{INBOX_DIR, REPO_DIR, STEPS_DIR};
 
 pub type Result<T> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
@@ -108,29 +108,21 @@ impl Fixture {
         ];
         all.extend_from_slice(files);
         let tree = self.tree(&all)?;
-        self.commit(
-            &format!("{AGENT_REF_PREFIX}{id}"),
-            tree,
-            &format!("dispatch: worker [{id}]"),
-        )
+        self.commit(&agent_ref(id), tree, &format!("dispatch: worker [{id}]"))
     }
 
     pub fn agent_tip(&self, id: &str) -> Result<Oid> {
-        Ok(self
-            .repo
-            .refname_to_id(&format!("{AGENT_REF_PREFIX}{id}"))?)
+        Ok(self.repo.refname_to_id(&agent_ref(id))?)
     }
 
     /// Removes agent `id`'s branch (what `litany delete` does to the ref).
     pub fn delete_agent(&self, id: &str) -> Result<()> {
-        self.repo
-            .find_reference(&format!("{AGENT_REF_PREFIX}{id}"))?
-            .delete()?;
+        self.repo.find_reference(&agent_ref(id))?.delete()?;
         Ok(())
     }
 
     fn mark_ref(&self, kind: &str, id: &str) -> String {
-        format!("{}{kind}/{id}", self.flavour.mark_root())
+        self.flavour.mark_ref(kind, id)
     }
 
     /// A mark pointing at a commit (`returned`, `abandoned`, ...).

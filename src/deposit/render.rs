@@ -17,7 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use git2::{ObjectType, Repository};
 
 use crate::workspace::inbox::USER_SENDER;
-use crate::workspace::refs::{AGENT_REF_PREFIX, NAME_FILE};
+use crate::workspace::refs::{NAME_FILE, agent_ref};
 
 /// The frontmatter delimiter line.
 const DELIMITER: &str = "---\n";
@@ -86,7 +86,7 @@ pub fn sender_name(repo: &Repository, sender: &str) -> Option<String> {
         return None;
     }
     let commit = repo
-        .find_reference(&format!("{AGENT_REF_PREFIX}{sender}"))
+        .find_reference(&agent_ref(sender))
         .ok()?
         .peel_to_commit()
         .ok()?;

@@ -13,7 +13,7 @@ use git2::{ErrorCode, Repository};
 use super::DepositError;
 use crate::workspace::ids::is_component;
 use crate::workspace::inbox::USER_SENDER;
-use crate::workspace::refs::AGENT_REF_PREFIX;
+use crate::workspace::refs::agent_ref;
 
 /// The default largest message litanyfs deposits: 1 MiB of content.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 20;
@@ -75,7 +75,7 @@ pub fn check_recipient(repo: &Repository, id: &str) -> Result<(), DepositError> 
 
 /// Whether `refs/heads/agents/<id>` exists. A name git refuses as a ref is no agent.
 pub fn agent_exists(repo: &Repository, id: &str) -> Result<bool, DepositError> {
-    let refname = format!("{AGENT_REF_PREFIX}{id}");
+    let refname = agent_ref(id);
     match repo.find_reference(&refname) {
         Ok(_) => Ok(true),
         Err(e) if matches!(e.code(), ErrorCode::NotFound | ErrorCode::InvalidSpec) => Ok(false),

@@ -39,7 +39,7 @@ use crate::paging::{
     Address, CaptureKey, Page, PageCache, PageError, PageName, RecordPath, Stream,
 };
 use crate::workspace::backing::{Backing, Stat};
-use crate::workspace::refs::{GitEntry, Refs, Snapshot};
+use crate::workspace::refs::{GitEntry, Refs, Snapshot, agent_ref};
 use crate::workspace::{AGENTS_DIR, STEPS_DIR, Workspace, ids::is_component, inbox, steps};
 use drafts::{Draft, DraftError, Drafts};
 
@@ -445,7 +445,7 @@ impl Tree {
                 } else {
                     commit_mark_bytes(oid).len() as u64
                 };
-                let refname = format!("{}{kind}/{id}", snap.flavour.mark_root());
+                let refname = snap.flavour.mark_ref(kind, id);
                 let mtime = self.refs.ref_mtime(&refname).unwrap_or(self.born);
                 Ok(self.virtual_attr(node, Kind::File, size, mtime))
             }
@@ -458,10 +458,7 @@ impl Tree {
                     .names
                     .get(name)
                     .ok_or_else(|| TreeError::NotFound(node.path()))?;
-                let mtime = self
-                    .refs
-                    .ref_mtime(&format!("refs/heads/agents/{id}"))
-                    .unwrap_or(self.born);
+                let mtime = self.refs.ref_mtime(&agent_ref(id)).unwrap_or(self.born);
                 Ok(self.virtual_attr(node, Kind::Symlink, name_target(id).len() as u64, mtime))
             }
         }
@@ -495,9 +492,7 @@ impl Tree {
             // A directory of an agent's tree changes whenever its branch moves.
             GitEntry::Tree(_) | GitEntry::Gitlink(_) => {
                 let moved = match node {
-                    Node::Agent { id, .. } => self
-                        .refs
-                        .ref_mtime(&format!("{}{id}", crate::workspace::refs::AGENT_REF_PREFIX)),
+                    Node::Agent { id, .. } => self.refs.ref_mtime(&agent_ref(id)),
                     _ => None,
                 };
                 self.virtual_attr(node, Kind::Dir, 0, moved.unwrap_or(mtime).max(mtime))

@@ -19,6 +19,11 @@ use super::ids::is_component;
 
 /// The branch prefix of every agent: `refs/heads/agents/<id>`.
 pub const AGENT_REF_PREFIX: &str = "refs/heads/agents/";
+/// `refs/heads/agents/<id>`: the ref that makes `id` an agent.
+pub fn agent_ref(id: &str) -> String {
+    format!("{AGENT_REF_PREFIX}{id}")
+}
+
 /// The file at an agent's tree root that holds its name (`<Name>\n`, or empty).
 pub const NAME_FILE: &str = "name";
 /// The longest a snapshot is trusted without re-reading the refs.
@@ -39,6 +44,11 @@ impl Flavour {
             Self::Litany => "refs/litany/",
             Self::Lernie => "refs/lernie/",
         }
+    }
+
+    /// `<mark root><kind>/<id>`: the ref of one mark.
+    pub fn mark_ref(self, kind: &str, id: &str) -> String {
+        format!("{}{kind}/{id}", self.mark_root())
     }
 
     /// The flavour a set of mark-root presences implies: litany when it has marks (a
@@ -241,7 +251,7 @@ impl Refs {
         let mut live = BTreeMap::new();
         for (id, tip) in agents {
             if !is_component(&id) {
-                skipped.push(format!("{AGENT_REF_PREFIX}{id}"));
+                skipped.push(agent_ref(&id));
                 continue;
             }
             if let Some(name) = read_name(&repo, tip)
