@@ -75,7 +75,7 @@ use super::DepositError;
 use super::publish::{InboxDir, Published, Staging};
 use super::validate::agent_exists;
 use crate::workspace::REPO_DIR;
-use crate::workspace::backing::fstat;
+use crate::workspace::backing::{cvt, fstat};
 
 /// How long a deposit stays protected if it is neither delivered nor deleted.
 pub const DEFAULT_GUARD_WINDOW: Duration = Duration::from_secs(120);
@@ -184,14 +184,6 @@ struct Job {
     sender: String,
     body: Vec<u8>,
     replaced: PathBuf,
-}
-
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
 }
 
 impl Guard {

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use super::DepositError;
 use crate::workspace::INBOX_DIR;
-use crate::workspace::backing::fstat;
+use crate::workspace::backing::{cstring, cvt, fstat, openat2_beneath};
 use crate::workspace::ids::is_component;
 use crate::workspace::inbox::{message_filename, next_sequence};
 
@@ -67,49 +67,20 @@ pub fn publish(
     staged.link(sender)
 }
 
-fn cstring(bytes: &[u8]) -> io::Result<CString> {
-    CString::new(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-}
-
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
 /// `openat2(dirfd, name, flags, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, or `openat` with
 /// `O_NOFOLLOW` on a kernel without `openat2` (`name` is then a single component, so the
 /// only symlink it could meet is the last one).
 fn open_beneath(dirfd: &OwnedFd, name: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
-    let flags = flags | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-    // SAFETY: open_how is plain old data; all-zero is its valid default.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = flags as u64;
-    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
-    // SAFETY: valid dirfd, NUL-terminated path, correctly sized open_how.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dirfd.as_raw_fd(),
-            name.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    let fd = if r >= 0 {
-        r as libc::c_int
-    } else {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::ENOSYS) {
-            return Err(e);
+    match openat2_beneath(dirfd, name, flags) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            let flags = flags | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+            // SAFETY: valid dirfd and NUL-terminated path; the result is checked.
+            let fd = cvt(unsafe { libc::openat(dirfd.as_raw_fd(), name.as_ptr(), flags) })?;
+            // SAFETY: the descriptor was just returned to us and is owned by nobody else.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
         }
-        // SAFETY: valid dirfd and NUL-terminated path; the result is checked.
-        cvt(unsafe { libc::openat(dirfd.as_raw_fd(), name.as_ptr(), flags) })?
-    };
-    // SAFETY: the descriptor was just returned to us and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        other => other,
+    }
 }
 
 /// `mkdirat(dirfd, name, 0777)` (the umask applies, as with `create_dir_all`); an

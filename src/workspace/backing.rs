@@ -59,11 +59,13 @@ impl Stat {
     }
 }
 
-fn cstring(p: &[u8]) -> io::Result<CString> {
+/// `p` as a C string; an interior NUL is `EINVAL`.
+pub(crate) fn cstring(p: &[u8]) -> io::Result<CString> {
     CString::new(p).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+/// A libc return value as a `Result`, with `errno` on failure.
+pub(crate) fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -96,26 +98,7 @@ impl Backing {
             rel
         };
         let c = cstring(rel.as_os_str().as_bytes())?;
-        // SAFETY: open_how is plain old data; all-zero is its valid default.
-        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-        how.flags = (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
-        how.resolve =
-            libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
-        // SAFETY: valid dirfd, NUL-terminated path and a correctly sized open_how.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                self.root.as_raw_fd(),
-                c.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: the syscall returned a new descriptor that we now own.
-        Ok(unsafe { OwnedFd::from_raw_fd(r as libc::c_int) })
+        openat2_beneath(&self.root, &c, flags)
     }
 
     /// An `O_PATH` descriptor on directory `rel`, resolved beneath the root.
@@ -211,6 +194,34 @@ impl Backing {
         buf.truncate(n as usize);
         Ok(buf)
     }
+}
+
+/// `openat2(dir, path, flags | O_CLOEXEC | O_NOFOLLOW)` resolved beneath `dir` with no
+/// symlink anywhere on the way (`ENOSYS` on a kernel without `openat2`).
+pub(crate) fn openat2_beneath(
+    dir: &impl AsRawFd,
+    path: &CStr,
+    flags: libc::c_int,
+) -> io::Result<OwnedFd> {
+    // SAFETY: open_how is plain old data; all-zero is its valid default.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: valid dirfd, NUL-terminated path and a correctly sized open_how.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the syscall returned a new descriptor that we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(r as libc::c_int) })
 }
 
 struct DirGuard(*mut libc::DIR);
