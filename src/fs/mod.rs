@@ -42,6 +42,12 @@ pub const WATCHED_TTL: Duration = Duration::from_secs(3600);
 /// that could not be watched): short, so that changes show within a second.
 pub const SHORT_TTL: Duration = Duration::from_millis(250);
 
+/// One entry of a directory reply.
+enum Entry<'a> {
+    Dot(&'static str),
+    Child(&'a Child),
+}
+
 /// The most listings kept between the `readdir` calls that read them; past it they are
 /// dropped (a reader mid-listing then gets a fresh one).
 const MAX_LISTINGS: usize = 1024;
@@ -278,6 +284,35 @@ impl State {
     fn listed(&self, ino: INodeNo) {
         self.listings.lock().remove(&ino.0);
     }
+
+    /// Feeds one `readdir` reply from `offset` on: `add(next_offset, entry)` returns true
+    /// once the reply is full. Offsets: 1 is ".", 2 is "..", 3 + i is the i-th child.
+    fn fill(
+        &self,
+        ino: INodeNo,
+        offset: u64,
+        mut add: impl FnMut(u64, Entry<'_>) -> bool,
+    ) -> Result<(), TreeError> {
+        let children = self.listing(ino, offset)?;
+        let end = 2 + children.len() as u64;
+        let mut next = offset;
+        while next < end {
+            let entry = match next {
+                0 => Entry::Dot("."),
+                1 => Entry::Dot(".."),
+                n => Entry::Child(&children[(n - 2) as usize]),
+            };
+            if add(next + 1, entry) {
+                break;
+            }
+            next += 1;
+        }
+        // The kernel reads on until a call returns nothing: that call ends the listing.
+        if offset >= end {
+            self.listed(ino);
+        }
+        Ok(())
+    }
 }
 
 impl Filesystem for Fs {
@@ -396,22 +431,24 @@ impl Filesystem for Fs {
                 };
             }
             match self.tree.open(&node) {
-                // A path that now names another file must not serve it through this
-                // inode: the kernel looks the name up again once its entry expires.
-                Ok(Content::File(f))
-                    if backing::fstat(&f)
-                        .map(|st| self.tree.backing_attr(&st).identity)
-                        .ok()
-                        != self.inodes.get(ino.0).map(|(_, id)| id) =>
-                {
-                    reply.error(refuse("open", &TreeError::NotFound(node.path())))
-                }
                 Ok(Content::File(f)) => {
+                    // A path that now names another file must not serve it through this
+                    // inode: the kernel looks the name up again once its entry expires.
+                    let attr = match backing::fstat(&f) {
+                        Ok(st) => self.tree.backing_attr(&st),
+                        Err(e) => {
+                            return reply.error(refuse("open", &TreeError::io(node.path(), e)));
+                        }
+                    };
+                    if Some(&attr.identity) != self.inodes.get(ino.0).map(|(_, id)| id).as_ref() {
+                        return reply.error(refuse("open", &TreeError::NotFound(node.path())));
+                    }
                     // Pages of a watched record stay cached across opens: every change
                     // to it is invalidated as it happens.
-                    let keep = match self.attr(ino) {
-                        Ok(a) if self.ttl(&node, &a) == WATCHED_TTL => FopenFlags::FOPEN_KEEP_CACHE,
-                        _ => FopenFlags::empty(),
+                    let keep = if self.ttl(&node, &attr) == WATCHED_TTL {
+                        FopenFlags::FOPEN_KEEP_CACHE
+                    } else {
+                        FopenFlags::empty()
                     };
                     let id = if self.passthrough.load(Ordering::Relaxed) {
                         match self.handles.backing_id(ino.0, || reply.open_backing(&f)) {
@@ -580,32 +617,17 @@ impl Filesystem for Fs {
         mut reply: ReplyDirectory,
     ) {
         guarded("readdir", || {
-            let children = match self.listing(ino, offset) {
-                Ok(c) => c,
-                Err(e) => return reply.error(refuse("readdir", &e)),
-            };
-            // Offsets: 1 is ".", 2 is "..", 3 + i is children[i].
-            let mut next = offset;
-            while next < 2 + children.len() as u64 {
-                let full = match next {
-                    0 => reply.add(ino, 1, FileType::Directory, "."),
-                    1 => reply.add(ino, 2, FileType::Directory, ".."),
-                    n => {
-                        let c = &children[(n - 2) as usize];
-                        let child = self.inodes.peek_or_insert(&c.attr.identity, &c.node);
-                        reply.add(INodeNo(child), n + 1, file_type(c.attr.kind), &c.name)
-                    }
-                };
-                if full {
-                    break;
+            let filled = self.fill(ino, offset, |next, entry| match entry {
+                Entry::Dot(name) => reply.add(ino, next, FileType::Directory, name),
+                Entry::Child(c) => {
+                    let child = self.inodes.peek_or_insert(&c.attr.identity, &c.node);
+                    reply.add(INodeNo(child), next, file_type(c.attr.kind), &c.name)
                 }
-                next += 1;
+            });
+            match filled {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(refuse("readdir", &e)),
             }
-            // The kernel reads on until a call returns nothing: that call ends the listing.
-            if offset >= 2 + children.len() as u64 {
-                self.listed(ino);
-            }
-            reply.ok();
         })
     }
 
@@ -618,13 +640,10 @@ impl Filesystem for Fs {
         mut reply: ReplyDirectoryPlus,
     ) {
         guarded("readdirplus", || {
-            let children = match self.listing(ino, offset) {
-                Ok(c) => c,
-                Err(e) => return reply.error(refuse("readdir", &e)),
-            };
-            // The kernel skips "." and ".." in a readdirplus reply (it links neither), so
-            // their attributes are never read: a placeholder saves a stat per call.
-            let self_attr = self.fuse_attr(
+            // The kernel skips "." and ".." in a readdirplus reply (it links neither, and
+            // counts no lookup for them), so their attributes are never read: a
+            // placeholder saves a stat per call.
+            let dot_attr = self.fuse_attr(
                 ino.0,
                 &Attr {
                     kind: Kind::Dir,
@@ -637,36 +656,26 @@ impl Filesystem for Fs {
                     identity: crate::tree::Identity::Virtual(Box::new(Node::Root)),
                 },
             );
-            let mut next = offset;
-            while next < 2 + children.len() as u64 {
-                let full = match next {
-                    // The kernel counts no lookup for "." and "..".
-                    0 => reply.add(ino, 1, ".", &SHORT_TTL, &self_attr, Generation(0)),
-                    1 => reply.add(ino, 2, "..", &SHORT_TTL, &self_attr, Generation(0)),
-                    n => {
-                        let c = &children[(n - 2) as usize];
-                        let child = self.inodes.peek_or_insert(&c.attr.identity, &c.node);
-                        let attr = self.fuse_attr(child, &c.attr);
-                        let ttl = self.ttl(&c.node, &c.attr);
-                        let full =
-                            reply.add(INodeNo(child), n + 1, &c.name, &ttl, &attr, Generation(0));
-                        if !full {
-                            // The entry reached the kernel, which now counts a lookup.
-                            self.inodes.lookup(&c.attr.identity, &c.node);
-                        }
-                        full
-                    }
-                };
-                if full {
-                    break;
+            let filled = self.fill(ino, offset, |next, entry| match entry {
+                Entry::Dot(name) => {
+                    reply.add(ino, next, name, &SHORT_TTL, &dot_attr, Generation(0))
                 }
-                next += 1;
+                Entry::Child(c) => {
+                    let child = self.inodes.peek_or_insert(&c.attr.identity, &c.node);
+                    let attr = self.fuse_attr(child, &c.attr);
+                    let ttl = self.ttl(&c.node, &c.attr);
+                    let full = reply.add(INodeNo(child), next, &c.name, &ttl, &attr, Generation(0));
+                    if !full {
+                        // The entry reached the kernel, which now counts a lookup.
+                        self.inodes.lookup(&c.attr.identity, &c.node);
+                    }
+                    full
+                }
+            });
+            match filled {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(refuse("readdirplus", &e)),
             }
-            // The kernel reads on until a call returns nothing: that call ends the listing.
-            if offset >= 2 + children.len() as u64 {
-                self.listed(ino);
-            }
-            reply.ok();
         })
     }
 
