@@ -137,7 +137,10 @@ impl Fs {
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let watcher = match Watcher::new(&tree.workspace().repo_dir()) {
-            Ok(w) => Some(w),
+            Ok(w) => {
+                tree.refs().set_watched(true);
+                Some(w)
+            }
             Err(e) => {
                 log::warn!("inotify unavailable ({e}); everything is re-read at short intervals");
                 None

@@ -1,15 +1,17 @@
 //! The ref namespace, read through git2: agents, their names, and marks (CONTRACT §2, §6).
 //!
 //! The refs are litany's only registry, so every list here comes from them. Reads go
-//! through a [`Snapshot`] that is rebuilt when the refs change: a cheap fingerprint (the
+//! through a [`Snapshot`] that is rebuilt when the refs change: a watch on the refs
+//! invalidates it (see [`Refs::set_watched`]), or, without one, a cheap fingerprint (the
 //! modification times of the ref directories and `packed-refs`, which every ref update
-//! touches through its lock-and-rename) is checked on use, and a snapshot is never
-//! trusted for longer than [`SNAPSHOT_MAX_AGE`], which bounds staleness even when two
-//! updates land within one timestamp tick. Git objects are immutable and read on demand.
+//! touches through its lock-and-rename) is checked on use. A snapshot is never trusted
+//! for longer than [`SNAPSHOT_MAX_AGE`], which bounds staleness even when two updates land
+//! within one timestamp tick. Git objects are immutable and read on demand.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use git2::{ObjectType, Oid, Repository};
@@ -130,6 +132,8 @@ type Fingerprint = Vec<(PathBuf, Option<(SystemTime, u64)>)>;
 struct Cached {
     fingerprint: Fingerprint,
     taken: Instant,
+    /// Invalidated, but kept to tell whether the next snapshot shows anything new.
+    stale: bool,
     snapshot: Arc<Snapshot>,
 }
 
@@ -149,9 +153,7 @@ pub struct Refs {
     repo_dir: PathBuf,
     repo: Mutex<Repository>,
     cache: Mutex<Option<Cached>>,
-    /// The last snapshot read and when its view first appeared, kept across
-    /// invalidations so that an unchanged view keeps its time.
-    last_changed: Mutex<Option<(Snapshot, SystemTime)>>,
+    watched: AtomicBool,
     objects: Mutex<HashMap<(Oid, bool), ObjectInfo>>,
 }
 
@@ -165,16 +167,23 @@ impl Refs {
             repo_dir: repo_dir.to_path_buf(),
             repo: Mutex::new(repo),
             cache: Mutex::new(None),
-            last_changed: Mutex::new(None),
+            watched: AtomicBool::new(false),
             objects: Mutex::new(HashMap::new()),
         })
     }
 
     /// The current snapshot, rebuilt when the refs changed since the last one.
     pub fn snapshot(&self) -> Result<Arc<Snapshot>, GitError> {
-        let fingerprint = self.fingerprint();
+        // With a watch on the refs, every change invalidates; the fingerprint is only
+        // needed without one.
+        let fingerprint = if self.watched.load(Ordering::Relaxed) {
+            Fingerprint::new()
+        } else {
+            self.fingerprint()
+        };
         let mut cache = self.cache.lock();
         if let Some(c) = cache.as_ref()
+            && !c.stale
             && c.fingerprint == fingerprint
             && c.taken.elapsed() < SNAPSHOT_MAX_AGE
         {
@@ -182,23 +191,32 @@ impl Refs {
         }
         let taken = Instant::now();
         let mut snapshot = self.read_snapshot()?;
-        snapshot.changed_at = match (cache.as_ref(), self.last_changed.lock().as_ref()) {
-            (_, Some((prev, at))) if prev.same_view(&snapshot) => Some(*at),
+        // An unchanged view keeps the time it first appeared.
+        snapshot.changed_at = match cache.as_ref() {
+            Some(c) if c.snapshot.same_view(&snapshot) => c.snapshot.changed_at,
             _ => Some(SystemTime::now()),
         };
-        *self.last_changed.lock() = snapshot.changed_at.map(|at| (snapshot.clone(), at));
         let snapshot = Arc::new(snapshot);
         *cache = Some(Cached {
             fingerprint,
             taken,
+            stale: false,
             snapshot: snapshot.clone(),
         });
         Ok(snapshot)
     }
 
-    /// Forgets the cached snapshot, so the next read sees the refs as they are now.
+    /// Marks the cached snapshot stale, so the next read sees the refs as they are now.
     pub fn invalidate(&self) {
-        *self.cache.lock() = None;
+        if let Some(c) = self.cache.lock().as_mut() {
+            c.stale = true;
+        }
+    }
+
+    /// Tells the refs that a watch invalidates them on every change, so that a
+    /// snapshot need not be checked against the ref directories on each use.
+    pub fn set_watched(&self, watched: bool) {
+        self.watched.store(watched, Ordering::Relaxed);
     }
 
     /// Stat of every place a ref update touches: `packed-refs`, the agents directory
