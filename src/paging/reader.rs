@@ -63,6 +63,16 @@ impl CaptureKey {
         }
     }
 
+    /// The key of a file the caller has already `stat`ed.
+    pub fn from_stat(st: &crate::workspace::backing::Stat) -> Self {
+        CaptureKey {
+            dev: st.dev,
+            ino: st.ino,
+            size: st.size,
+            mtime_ns: i128::from(st.mtime.0) * 1_000_000_000 + i128::from(st.mtime.1),
+        }
+    }
+
     /// The key of an open file (`fstat`).
     pub fn of(file: &File) -> io::Result<Self> {
         Ok(Self::from_metadata(&file.metadata()?))

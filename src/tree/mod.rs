@@ -897,12 +897,7 @@ impl Tree {
         };
         let file = self.backing.open_file(&rel).map_err(refuse)?;
         let st = crate::workspace::backing::fstat(&file).map_err(refuse)?;
-        let key = CaptureKey {
-            dev: st.dev,
-            ino: st.ino,
-            size: st.size,
-            mtime_ns: i128::from(st.mtime.0) * 1_000_000_000 + i128::from(st.mtime.1),
-        };
+        let key = CaptureKey::from_stat(&st);
         Ok((file, key, st))
     }
 
