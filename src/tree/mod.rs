@@ -73,6 +73,18 @@ pub enum Kind {
     Symlink,
 }
 
+impl Kind {
+    /// The mode bits the view shows for this kind of node, before exceptions (inbox
+    /// directories, executable blobs, drafts).
+    pub fn perm(self) -> u16 {
+        match self {
+            Kind::Dir => DIR_PERM,
+            Kind::File => FILE_PERM,
+            Kind::Symlink => LINK_PERM,
+        }
+    }
+}
+
 /// What names a node for as long as it exists: a backing file by its device and inode
 /// (names in `inbox/` are reused, so a name is never enough), anything derived from git by
 /// the node itself.
@@ -269,11 +281,7 @@ impl Tree {
     }
 
     fn virtual_attr(&self, node: &Node, kind: Kind, size: u64, mtime: SystemTime) -> Attr {
-        let perm = match kind {
-            Kind::Dir => DIR_PERM,
-            Kind::File => FILE_PERM,
-            Kind::Symlink => LINK_PERM,
-        };
+        let perm = kind.perm();
         Attr {
             kind,
             size,
@@ -313,11 +321,7 @@ impl Tree {
         } else {
             Kind::File
         };
-        let perm = match kind {
-            Kind::Dir => DIR_PERM,
-            Kind::File => FILE_PERM,
-            Kind::Symlink => LINK_PERM,
-        };
+        let perm = kind.perm();
         Attr {
             kind,
             size: st.size,
