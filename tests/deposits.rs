@@ -10,25 +10,20 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::mount::{Mounted, eventually};
-use litanyfs::fixture::Fixture;
+use common::workspace::Ws;
 use litanyfs::workspace::refs::Flavour;
 
 const A: &str = "20261202T094226Z-0122ccc2";
 const B: &str = "20261202T094227Z-0abc0def";
 
-struct Ws {
-    _t: tempfile::TempDir,
-    f: Fixture,
-}
-
 fn workspace() -> Ws {
-    let t = tempfile::tempdir().unwrap();
-    let f = Fixture::create(&t.path().join("ws"), Flavour::Litany).unwrap();
+    let w = Ws::new(Flavour::Litany);
+    let f = &w.f;
     f.agent(A, Some("Alpha"), &[]).unwrap();
     f.agent(B, Some("Beta"), &[]).unwrap();
     std::fs::create_dir_all(f.inbox(A)).unwrap();
     std::fs::create_dir_all(f.inbox(B)).unwrap();
-    Ws { _t: t, f }
+    w
 }
 
 fn mount(w: &Ws, extra: &[&str]) -> Mounted {

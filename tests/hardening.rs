@@ -12,6 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::mount::{Mounted, alive, eventually, is_mounted};
+use common::workspace::Ws;
 use litanyfs::fixture::Fixture;
 use litanyfs::workspace::refs::Flavour;
 
@@ -19,14 +20,9 @@ const A: &str = "20261202T094226Z-0122ccc2";
 const B: &str = "20261202T094227Z-0abc0def";
 const SECRET: &str = "b-secret-7f3a";
 
-struct Ws {
-    _t: tempfile::TempDir,
-    f: Fixture,
-}
-
 fn workspace() -> Ws {
-    let t = tempfile::tempdir().unwrap();
-    let f = Fixture::create(&t.path().join("ws"), Flavour::Litany).unwrap();
+    let w = Ws::new(Flavour::Litany);
+    let f = &w.f;
     f.agent(A, Some("Alpha"), &[]).unwrap();
     f.agent(B, Some("Beta"), &[]).unwrap();
     for (id, word) in [(A, "a-public"), (B, SECRET)] {
@@ -47,7 +43,7 @@ fn workspace() -> Ws {
         )
         .unwrap();
     }
-    Ws { _t: t, f }
+    w
 }
 
 fn names(dir: &Path) -> BTreeSet<String> {

@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::mount::{Mounted, alive, eventually, is_mounted, litanyfs};
+use common::workspace::Ws;
 use litanyfs::fixture::Fixture;
 use litanyfs::workspace::refs::Flavour;
 
@@ -19,14 +20,9 @@ const A: &str = "20261202T094226Z-0122ccc2";
 const B: &str = "20261202T094227Z-0abc0def";
 const LIVE: Duration = Duration::from_secs(3);
 
-struct Ws {
-    _t: tempfile::TempDir,
-    f: Fixture,
-}
-
 fn workspace(flavour: Flavour) -> Ws {
-    let t = tempfile::tempdir().unwrap();
-    let f = Fixture::create(&t.path().join("ws"), flavour).unwrap();
+    let w = Ws::new(flavour);
+    let f = &w.f;
     let tip = f
         .agent(A, Some("Alpha"), &[("messages/001-user.md", b"hello\n")])
         .unwrap();
@@ -68,7 +64,7 @@ fn workspace(flavour: Flavour) -> Ws {
     f.inbox_file(A, ".user-002.md.tmp", b"---\npartial")
         .unwrap();
     f.inbox_file(A, "stray.txt", b"not a deposit").unwrap();
-    Ws { _t: t, f }
+    w
 }
 
 fn sh(cmd: &str) -> (bool, String, String) {

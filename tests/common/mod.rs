@@ -6,3 +6,4 @@
 
 pub mod harness;
 pub mod mount;
+pub mod workspace;
