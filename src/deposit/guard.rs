@@ -55,7 +55,7 @@
 //! re-deposited (erring towards a duplicate rather than a loss); ours unlinked and the
 //! name empty was deleted.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
@@ -76,6 +76,7 @@ use super::publish::{InboxDir, Published, Staging};
 use super::validate::agent_exists;
 use crate::workspace::REPO_DIR;
 use crate::workspace::backing::{cvt, fstat};
+use crate::workspace::inbox::next_sequence;
 
 /// How long a deposit stays protected if it is neither delivered nor deleted.
 pub const DEFAULT_GUARD_WINDOW: Duration = Duration::from_secs(120);
@@ -84,6 +85,8 @@ pub const DEFAULT_GUARD_BYTES: usize = 64 << 20;
 /// The most deposits the guard tracks at once (each holds one file descriptor).
 pub const DEFAULT_GUARD_RECORDS: usize = 256;
 
+/// The size of the buffer inotify events are read into.
+const EVENT_BUFFER: usize = 64 * 1024;
 /// How often the background thread wakes to expire records when nothing happens.
 const TICK: Duration = Duration::from_millis(500);
 /// The inotify events the guard needs on an inbox directory.
@@ -150,11 +153,18 @@ struct State {
     next_serial: u64,
     /// Opened on first need, for "does the recipient still exist".
     repo: Option<Repository>,
+    /// The buffer events are read into, kept between drains.
+    events: Vec<u8>,
 }
 
 struct Watch {
     recipient: String,
     path: PathBuf,
+    /// The inbox's names as of the last drain: listed once after the watch was added,
+    /// then kept by the events (`None` until first needed, and after an overflow). It
+    /// spares each deposit a listing of the inbox to find its number; it is exactly as
+    /// current as a listing taken at the drain point (module docs, point 2).
+    names: Option<HashSet<String>>,
 }
 
 /// Where a record is in its name's event stream (module docs, points 2–3).
@@ -388,7 +398,19 @@ impl Shared {
         let staged = dir.stage(&body, Staging::Auto)?;
         self.drain(st);
         let wd = self.watch(st, &dir, recipient);
-        let published = staged.link(sender)?;
+        let view = wd.and_then(|wd| st.watches.get_mut(&wd)).and_then(|w| {
+            if w.names.is_none() {
+                w.names = dir.names().ok().map(HashSet::from_iter);
+            }
+            w.names.as_mut()
+        });
+        let first = view
+            .as_ref()
+            .and_then(|names| next_sequence(names.iter().map(String::as_str), sender));
+        let published = staged.link(sender, first)?;
+        if let Some(names) = view {
+            names.insert(published.name.clone());
+        }
         let file = staged.file().try_clone();
         drop(staged);
         drop(dir);
@@ -424,6 +446,7 @@ impl Shared {
         st.watches.entry(wd).or_insert_with(|| Watch {
             recipient: recipient.to_string(),
             path: dir.path().to_path_buf(),
+            names: None,
         });
         Some(wd)
     }
@@ -475,7 +498,13 @@ impl Shared {
 
     /// Reads and applies every queued event; the caller holds the lock.
     fn drain(&self, st: &mut State) {
-        let mut buf = vec![0u8; 64 * 1024];
+        let mut buf = std::mem::take(&mut st.events);
+        buf.resize(EVENT_BUFFER, 0);
+        self.drain_into(st, &mut buf);
+        st.events = buf;
+    }
+
+    fn drain_into(&self, st: &mut State, buf: &mut [u8]) {
         loop {
             // SAFETY: reads into a live buffer of the given length.
             let n =
@@ -512,6 +541,9 @@ impl Shared {
         if mask & libc::IN_Q_OVERFLOW != 0 {
             self.overflowed(st);
             return;
+        }
+        if let Some(w) = st.watches.get_mut(&wd) {
+            note_name(w, mask, name);
         }
         if mask & (libc::IN_IGNORED | libc::IN_DELETE_SELF | libc::IN_UNMOUNT) != 0 {
             // The inbox itself is gone (`litany delete`) or unwatched: nothing to protect.
@@ -601,6 +633,9 @@ impl Shared {
     /// Events were lost: settle every record from the files alone (module docs).
     fn overflowed(&self, st: &mut State) {
         log::warn!("deposit guard: inotify queue overflowed; re-checking every deposit");
+        for w in st.watches.values_mut() {
+            w.names = None;
+        }
         let keys: Vec<_> = st.records.keys().cloned().collect();
         for key in keys {
             let Some(path) = st.watches.get(&key.0).map(|w| w.path.join(&key.1)) else {
@@ -645,6 +680,26 @@ impl Shared {
                 log::trace!("stopped watching {} ({})", w.path.display(), w.recipient);
             }
         }
+    }
+}
+
+/// Keeps `w`'s view of its inbox's names up to date with one event.
+fn note_name(w: &mut Watch, mask: u32, name: &[u8]) {
+    let Some(names) = &mut w.names else {
+        return;
+    };
+    if mask & (libc::IN_IGNORED | libc::IN_DELETE_SELF | libc::IN_UNMOUNT) != 0 {
+        w.names = None;
+        return;
+    }
+    // Names that are not UTF-8 are not in the listing either (litany skips them).
+    let Ok(name) = std::str::from_utf8(name) else {
+        return;
+    };
+    if mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 {
+        names.insert(name.to_string());
+    } else if mask & (libc::IN_DELETE | libc::IN_MOVED_FROM) != 0 {
+        names.remove(name);
     }
 }
 
@@ -877,6 +932,65 @@ mod tests {
         assert_eq!(
             inbox_files(&f),
             [pair("user-001.md", "theirs"), pair("user-002.md", "ours")]
+        );
+    }
+
+    #[test]
+    fn the_names_view_numbers_as_a_listing_would() {
+        // Each deposit takes litany's next number over the inbox as it is at that moment,
+        // whatever others did to the inbox since the previous deposit: the guard's view of
+        // the names must follow creations, renames in and out, and deletions.
+        use crate::workspace::inbox::next_sequence;
+        let (_t, f) = setup();
+        let g = Guard::start(f.root(), GuardOptions::default(), None, false).unwrap();
+        let inbox = f.inbox(A);
+        let listed_next = |sender: &str| {
+            // No inbox yet before the first deposit.
+            let names: Vec<String> = std::fs::read_dir(&inbox)
+                .into_iter()
+                .flatten()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            next_sequence(names.iter().map(String::as_str), sender).unwrap()
+        };
+        let mut seen = Vec::new();
+        let mut step = |what: &dyn Fn()| {
+            what();
+            let want = listed_next("user");
+            let p = g.publish(A, "user", b"m").unwrap();
+            seen.push(p.name.clone());
+            assert_eq!(p.name, format!("user-{want:03}.md"), "after {seen:?}");
+        };
+        step(&|| {});
+        step(&|| litany_style(&f, "user-007.md", "a higher one, renamed in"));
+        step(&|| std::fs::write(inbox.join("user-011.md"), "created in place").unwrap());
+        step(&|| {
+            // The drain takes everything out.
+            for e in std::fs::read_dir(&inbox).unwrap() {
+                let e = e.unwrap();
+                std::fs::rename(e.path(), f.root().join(e.file_name())).unwrap();
+            }
+        });
+        step(&|| std::fs::remove_file(inbox.join("user-001.md")).unwrap());
+        step(&|| litany_style(&f, "user-040.md", "then removed again"));
+        step(&|| std::fs::remove_file(inbox.join("user-040.md")).unwrap());
+        step(&|| {
+            // An overflow forgets the view; the next deposit lists afresh.
+            let mut st = g.shared.state.lock();
+            g.shared.apply(&mut st, -1, libc::IN_Q_OVERFLOW, b"");
+        });
+        assert_eq!(
+            seen,
+            [
+                "user-001.md",
+                "user-008.md",
+                "user-012.md",
+                "user-001.md",
+                "user-001.md",
+                "user-041.md",
+                "user-042.md",
+                "user-043.md",
+            ]
         );
     }
 

@@ -64,7 +64,7 @@ pub fn publish(
 ) -> Result<Published, DepositError> {
     let dir = InboxDir::open(root, recipient)?;
     let staged = dir.stage(body, Staging::Auto)?;
-    staged.link(sender)
+    staged.link(sender, None)
 }
 
 /// `openat2(dirfd, name, flags, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, or `openat` with
@@ -302,21 +302,28 @@ impl Staged<'_> {
         &self.file
     }
 
-    /// Gives the file the next free `<sender>-<NNN>.md`, create-only, re-reading the
-    /// listing after each lost race.
-    pub(crate) fn link(&self, sender: &str) -> Result<Published, DepositError> {
+    /// Gives the file the next free `<sender>-<NNN>.md`, create-only. `first`, a number
+    /// the caller already knows to be next (the guard's view of the inbox), is tried
+    /// without listing; otherwise, and after each lost race, the listing is re-read.
+    pub(crate) fn link(&self, sender: &str, first: Option<u32>) -> Result<Published, DepositError> {
         let path = self.dir.path();
         let mut floor = 0u32;
+        let mut guess = first;
         for _ in 0..MAX_ATTEMPTS {
-            let names = self
-                .dir
-                .names()
-                .map_err(|e| DepositError::io("list", path, e))?;
-            let seq = next_sequence(names.iter().map(String::as_str), sender)
-                .ok_or_else(|| DepositError::SequenceExhausted {
-                    sender: sender.to_string(),
-                })?
-                .max(floor);
+            let seq = match guess.take() {
+                Some(seq) => seq,
+                None => {
+                    let names = self
+                        .dir
+                        .names()
+                        .map_err(|e| DepositError::io("list", path, e))?;
+                    next_sequence(names.iter().map(String::as_str), sender)
+                        .ok_or_else(|| DepositError::SequenceExhausted {
+                            sender: sender.to_string(),
+                        })?
+                        .max(floor)
+                }
+            };
             let name = message_filename(sender, seq);
             match self.link_as(&name) {
                 Ok(()) => {
@@ -481,7 +488,7 @@ mod tests {
         assert_eq!(temps.len(), 1);
         assert!(temps[0].starts_with(TEMP_PREFIX), "{temps:?}");
         assert_eq!(pending_sender(&temps[0]), None, "the drain must ignore it");
-        let p = staged.link("user").unwrap();
+        let p = staged.link("user", None).unwrap();
         drop(staged);
         assert_eq!(entries(dir.path()), ["user-001.md"]);
         assert_eq!(std::fs::read(p.path).unwrap(), b"body");
@@ -508,7 +515,7 @@ mod tests {
                                 let body = format!("message {i}/{j} {}", "x".repeat(j * 97));
                                 let dir = InboxDir::open(root, "a1").unwrap();
                                 let staged = dir.stage(body.as_bytes(), how).unwrap();
-                                staged.link("user").unwrap().name
+                                staged.link("user", None).unwrap().name
                             })
                             .collect::<Vec<_>>()
                     })
