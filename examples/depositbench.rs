@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use litanyfs::deposit::{Depositor, Options};
+use litanyfs::deposit::{Depositor, Options, WakeMode};
 use litanyfs::fixture::Fixture;
 use litanyfs::workspace::Workspace;
 use litanyfs::workspace::refs::Flavour;
@@ -15,7 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let ws = Workspace::open(f.root())?;
     for (label, guard) in [("guarded", true), ("unguarded", false)] {
         let mut opts = Options {
-            wake: false,
+            wake: WakeMode::Off,
             ..Options::default()
         };
         if !guard {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use fuser::{Config, MountOption, Session, SessionACL};
 
-use crate::deposit::{Depositor, Options as DepositOptions};
+use crate::deposit::{Depositor, Options as DepositOptions, WakeMode};
 use crate::fs::Fs;
 use crate::tree::{Deposits, Tree};
 use crate::workspace::{Workspace, WorkspaceError};
@@ -502,7 +502,12 @@ fn serve(
             DepositOptions {
                 max_message_bytes: opts.max_message_bytes,
                 harness: opts.harness.clone(),
-                wake: opts.wake,
+                // A writer's close waits for the deposit, not for the wake.
+                wake: if opts.wake {
+                    WakeMode::Background
+                } else {
+                    WakeMode::Off
+                },
                 ..DepositOptions::default()
             },
         )

@@ -49,7 +49,7 @@ pub use render::{format_utc, now_utc, render, sender_name, sender_name_at};
 pub use validate::{
     DEFAULT_MAX_MESSAGE_BYTES, check_content, check_len, check_recipient, check_sender,
 };
-pub use wake::{Wake, Waker, executor_busy, find_harness, launch};
+pub use wake::{Later, Wake, Waker, executor_busy, find_harness, launch};
 
 use crate::workspace::Workspace;
 
@@ -65,9 +65,20 @@ pub struct Options {
     /// Protection against `litany message` renaming over our deposits; `None` turns it
     /// off (then a same-sender race with litany can lose one of our messages).
     pub guard: Option<GuardOptions>,
-    /// Wake the recipient after a deposit (`--no-wake` turns it off; `litany scan`
-    /// launches the pending drivers later).
-    pub wake: bool,
+    /// Whether and how to wake the recipient after a deposit.
+    pub wake: WakeMode,
+}
+
+/// Whether and how a [`Depositor`] wakes the recipient after a deposit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WakeMode {
+    /// Never (`--no-wake`; `litany scan` launches the pending drivers later).
+    Off,
+    /// Before [`Depositor::deposit`] returns, with the outcome in [`Deposited::wake`].
+    Inline,
+    /// On a thread of its own ([`wake::Later`]), so the deposit returns without waiting
+    /// for the lock check or the launch: what the mount uses.
+    Background,
 }
 
 impl Default for Options {
@@ -76,7 +87,7 @@ impl Default for Options {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             harness: None,
             guard: Some(GuardOptions::default()),
-            wake: true,
+            wake: WakeMode::Inline,
         }
     }
 }
@@ -94,7 +105,9 @@ pub struct Depositor {
     repo: Mutex<Repository>,
     max: usize,
     waker: Arc<Waker>,
-    wake: bool,
+    wake: WakeMode,
+    /// The wake thread, for [`WakeMode::Background`].
+    later: Option<Later>,
     guard: Option<Guard>,
 }
 
@@ -108,7 +121,7 @@ impl Depositor {
         let guard = opts.guard.and_then(|g| {
             let waker = waker.clone();
             let hook: OnRedeposit = Box::new(move |recipient, _| {
-                if wake {
+                if wake != WakeMode::Off {
                     waker.wake(recipient);
                 }
             });
@@ -121,12 +134,19 @@ impl Depositor {
                 })
                 .ok()
         });
+        let later = match wake {
+            WakeMode::Background => Later::new(waker.clone())
+                .map_err(|e| log::warn!("no wake thread ({e}); deposits wake inline"))
+                .ok(),
+            WakeMode::Off | WakeMode::Inline => None,
+        };
         Ok(Self {
             root: ws.root().to_path_buf(),
             repo: Mutex::new(repo),
             max: opts.max_message_bytes,
             waker,
             wake,
+            later,
             guard,
         })
     }
@@ -172,10 +192,10 @@ impl Depositor {
             None => publish(&self.root, recipient, sender, &body)?,
         };
         log::debug!("deposited {}", published.path.display());
-        let wake = if self.wake {
-            self.waker.wake(recipient)
-        } else {
-            Wake::Off
+        let wake = match (self.wake, &self.later) {
+            (WakeMode::Off, _) => Wake::Off,
+            (WakeMode::Background, Some(later)) => later.wake(recipient),
+            (WakeMode::Inline | WakeMode::Background, _) => self.waker.wake(recipient),
         };
         Ok(Deposited { published, wake })
     }

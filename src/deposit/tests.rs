@@ -266,6 +266,41 @@ fn a_deposit_wakes_an_idle_recipient() {
     );
 }
 
+#[test]
+fn a_background_wake_runs_after_the_deposit_returns() {
+    let s = setup();
+    let (dep, record) = s.depositor(Options {
+        wake: WakeMode::Background,
+        ..Options::default()
+    });
+    // While an executor holds the lock, queued wakes find it busy and launch nothing.
+    let holder = hold_lock(&s.ws.agent_inbox(R));
+    for i in 0..20 {
+        let d = dep.deposit(R, S, format!("m{i}").as_bytes()).unwrap();
+        assert_eq!(d.wake, Wake::Queued);
+    }
+    drop(dep); // runs the queued wakes before returning
+    assert!(
+        records(&record, Duration::from_millis(300)).is_empty(),
+        "launched while the lock was held"
+    );
+    release(holder);
+    // Once it is free, a deposit's wake launches the driver, though the deposit did not
+    // wait for it.
+    let (dep, record) = s.depositor(Options {
+        wake: WakeMode::Background,
+        ..Options::default()
+    });
+    let d = dep.deposit(R, S, b"hello").unwrap();
+    assert_eq!(d.wake, Wake::Queued);
+    let recs = records(&record, Duration::from_secs(10));
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert!(recs[0].contains(&format!(
+        "argv: [advance] [{}] [{R}]\n",
+        s.ws.root().display()
+    )));
+}
+
 /// `litany message` (sender `user`) and our deposits (sender `user`) racing for the same
 /// numbers, with `runners` litany processes at a time: every one of ours must survive
 /// exactly once. With one runner litany never races itself, so every one of its messages

@@ -9,14 +9,24 @@
 //! appended to `steps/<id>/driver.log`, `LITANY_LOCK_FD` removed, everything else
 //! inherited. The child is never waited on by the caller; a small reaper thread collects
 //! its exit status so no zombie stays behind. Every failure leaves the deposit standing.
+//!
+//! A wake may also be handed to [`Later`], a thread of its own, so that a writer's
+//! `close` does not wait for the lock check or the launch. It only ever runs after the
+//! deposit that asked for it is linked, which is all litany's wake rule needs; requests
+//! for an agent already waiting in its queue are folded into that one.
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex};
 
 use crate::workspace::steps::DRIVER_LOG;
 use crate::workspace::{INBOX_DIR, STEPS_DIR};
@@ -42,6 +52,8 @@ pub enum Wake {
     Failed(String),
     /// Waking is turned off (`--no-wake`); the deposit waits for the next driver.
     Off,
+    /// Handed to [`Later`]; its outcome is logged there.
+    Queued,
 }
 
 /// The harness to launch: `explicit` as given, else the first executable `litany` on
@@ -447,5 +459,87 @@ pub(crate) mod tests {
         assert_eq!(waker.wake("a1"), Wake::NoHarness);
         let missing = Waker::new(t.path(), Some(&t.path().join("nope")));
         assert!(matches!(missing.wake("a1"), Wake::Failed(_)));
+    }
+}
+
+/// Wakes agents on a thread of its own (module docs).
+pub struct Later {
+    shared: Arc<LaterShared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct LaterShared {
+    waker: Arc<Waker>,
+    queue: Mutex<LaterQueue>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct LaterQueue {
+    /// Agents to wake, in the order asked; each at most once.
+    agents: VecDeque<String>,
+    stop: bool,
+}
+
+impl Later {
+    pub fn new(waker: Arc<Waker>) -> io::Result<Self> {
+        let shared = Arc::new(LaterShared {
+            waker,
+            queue: Mutex::new(LaterQueue::default()),
+            ready: Condvar::new(),
+        });
+        let worker = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("litanyfs-wake".into())
+            .spawn(move || worker.run())?;
+        Ok(Self {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Asks for `agent` to be woken. A request for it that has not started yet covers
+    /// this one too: its lock check runs after this deposit was linked.
+    pub fn wake(&self, agent: &str) -> Wake {
+        let mut q = self.shared.queue.lock();
+        if !q.agents.iter().any(|a| a == agent) {
+            q.agents.push_back(agent.to_string());
+            self.shared.ready.notify_one();
+        }
+        Wake::Queued
+    }
+}
+
+impl LaterShared {
+    fn run(&self) {
+        loop {
+            let agent = {
+                let mut q = self.queue.lock();
+                loop {
+                    if let Some(a) = q.agents.pop_front() {
+                        break a;
+                    }
+                    if q.stop {
+                        return;
+                    }
+                    self.ready.wait(&mut q);
+                }
+            };
+            let outcome = self.waker.wake(&agent);
+            log::debug!("woke {agent}: {outcome:?}");
+        }
+    }
+}
+
+impl Drop for Later {
+    /// Runs the wakes still queued, then stops the thread.
+    fn drop(&mut self) {
+        self.shared.queue.lock().stop = true;
+        self.shared.ready.notify_one();
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            log::error!("wake thread panicked");
+        }
     }
 }
