@@ -50,7 +50,7 @@ enum Cmd {
         #[arg(long)]
         log_file: Option<PathBuf>,
         /// Threads serving requests.
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = litanyfs::mount::DEFAULT_THREADS)]
         threads: usize,
         /// Who messages deposited through the mount are from: `user`, or an agent id.
         #[arg(long, default_value = litanyfs::workspace::inbox::USER_SENDER)]
@@ -169,7 +169,7 @@ fn demo(dir: &std::path::Path) -> Result<(), String> {
     let opts = MountOptions {
         foreground: false,
         log_file: None,
-        threads: 4,
+        threads: litanyfs::mount::DEFAULT_THREADS,
         sender: litanyfs::workspace::inbox::USER_SENDER.into(),
         max_message_bytes: litanyfs::deposit::DEFAULT_MAX_MESSAGE_BYTES,
         harness: None,

@@ -35,6 +35,9 @@ const READY_LINE: &str = "ready";
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// The filesystem type shown in `/proc/mounts` (`fuse.litanyfs`).
 pub const SUBTYPE: &str = "litanyfs";
+/// Threads serving requests unless `--threads` says otherwise: enough that a slow request
+/// (a big page, a git lookup) leaves others to answer the rest.
+pub const DEFAULT_THREADS: usize = 4;
 
 /// How the mount is run.
 #[derive(Debug, Clone)]
