@@ -85,6 +85,11 @@ pub const DEFAULT_GUARD_BYTES: usize = 64 << 20;
 /// The most deposits the guard tracks at once (each holds one file descriptor).
 pub const DEFAULT_GUARD_RECORDS: usize = 256;
 
+/// How long the background thread rests after each round, so that a burst of deposits
+/// wakes it once rather than once per event (each wakeup is paid for by the depositing
+/// thread's syscall). Events wait in order in the queue meanwhile, and every publish
+/// drains them itself, so this only delays a re-deposit by at most this much.
+const PAUSE: Duration = Duration::from_millis(20);
 /// The size of the buffer inotify events are read into.
 const EVENT_BUFFER: usize = 64 * 1024;
 /// How often the background thread wakes to expire records when nothing happens.
@@ -346,6 +351,9 @@ impl Shared {
                 };
             }
             self.settle();
+            if !self.stop.load(Ordering::Relaxed) {
+                std::thread::sleep(PAUSE);
+            }
         }
     }
 

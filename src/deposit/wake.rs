@@ -25,6 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
@@ -510,23 +511,30 @@ impl Later {
     }
 }
 
+/// How long the wake thread rests after a round of wakes, so that a run of deposits is
+/// folded into few wakes (and few wakeups of this thread).
+const LATER_PAUSE: Duration = Duration::from_millis(5);
+
 impl LaterShared {
     fn run(&self) {
         loop {
-            let agent = {
+            let agents: Vec<String> = {
                 let mut q = self.queue.lock();
-                loop {
-                    if let Some(a) = q.agents.pop_front() {
-                        break a;
-                    }
+                while q.agents.is_empty() {
                     if q.stop {
                         return;
                     }
                     self.ready.wait(&mut q);
                 }
+                q.agents.drain(..).collect()
             };
-            let outcome = self.waker.wake(&agent);
-            log::debug!("woke {agent}: {outcome:?}");
+            for agent in agents {
+                let outcome = self.waker.wake(&agent);
+                log::debug!("woke {agent}: {outcome:?}");
+            }
+            if !self.queue.lock().stop {
+                std::thread::sleep(LATER_PAUSE);
+            }
         }
     }
 }
