@@ -531,3 +531,25 @@ fn writing_the_same_name_twice_sends_two_messages() {
     let bodies: Vec<Vec<u8>> = d.iter().map(|(_, b)| split(b).1).collect();
     assert_eq!(bodies, [b"first\n".to_vec(), b"second\n".to_vec()]);
 }
+
+#[test]
+fn a_fast_sender_is_never_refused_for_bookkeeping() {
+    // More messages within the alias grace than drafts may be held at once: each is a
+    // finished message, so none may fail (it once did with ENOSPC at the 1025th).
+    let w = workspace();
+    let m = mount(&w, &[]);
+    let n = litanyfs::tree::drafts::MAX_DRAFTS + 200;
+    for i in 0..n {
+        std::fs::write(m.path(&format!("inbox/{A}/m{i}")), format!("message {i}\n"))
+            .unwrap_or_else(|e| panic!("message {i}: {e}"));
+    }
+    let d = deposits(&w.f.inbox(A));
+    assert_eq!(d.len(), n);
+    let mut bodies: Vec<Vec<u8>> = d.iter().map(|(_, b)| split(b).1).collect();
+    bodies.sort();
+    let mut want: Vec<Vec<u8>> = (0..n)
+        .map(|i| format!("message {i}\n").into_bytes())
+        .collect();
+    want.sort();
+    assert_eq!(bodies, want);
+}

@@ -29,7 +29,9 @@ use crate::deposit::Published;
 
 /// How long a deposited draft's name stays resolvable after its last use.
 pub const ALIAS_GRACE: Duration = Duration::from_secs(5);
-/// The most drafts held at once; past it, creating one fails with `ENOSPC`.
+/// The most drafts held at once, deposited ones still resolvable as aliases included.
+/// Past it, the aliases used longest ago give way (early); only when every draft is a
+/// message still being written does creating another fail with `ENOSPC`.
 pub const MAX_DRAFTS: usize = 1024;
 
 /// What a draft holds now.
@@ -107,14 +109,22 @@ pub enum DraftError {
 impl Drafts {
     /// A new, empty draft `name` in `agent`'s inbox.
     pub fn create(&self, agent: &str, name: &OsStr, perm: u16) -> Result<Arc<Draft>, DraftError> {
-        self.expire();
+        let now = Instant::now();
         let mut by_name = self.by_name.lock();
         let key = (agent.to_string(), name.to_os_string());
-        if by_name.contains_key(&key) {
-            return Err(DraftError::Exists);
+        if let Some(old) = by_name.get(&key) {
+            if old.resolvable(now) {
+                return Err(DraftError::Exists);
+            }
+            let id = old.id;
+            by_name.remove(&key);
+            self.by_id.lock().remove(&id);
         }
         if by_name.len() >= MAX_DRAFTS {
-            return Err(DraftError::Full);
+            self.make_room(&mut by_name, now);
+            if by_name.len() >= MAX_DRAFTS {
+                return Err(DraftError::Full);
+            }
         }
         let now = SystemTime::now();
         let draft = Arc::new(Draft {
@@ -202,6 +212,31 @@ impl Drafts {
         self.changed.lock().get(agent).copied()
     }
 
+    /// Drops expired aliases and, if that is not enough, the aliases used longest ago,
+    /// down to three quarters of [`MAX_DRAFTS`] so that the next creates find room.
+    fn make_room(&self, by_name: &mut HashMap<(String, OsString), Arc<Draft>>, now: Instant) {
+        let mut aliases: Vec<(Instant, (String, OsString))> = Vec::new();
+        for (key, d) in by_name.iter() {
+            let st = d.state.lock();
+            if st.deposited.is_some() {
+                aliases.push((st.last_used, key.clone()));
+            }
+        }
+        // Expired first (oldest use first in any case).
+        aliases.sort_by_key(|(used, _)| *used);
+        let target = MAX_DRAFTS * 3 / 4;
+        let mut by_id = self.by_id.lock();
+        for (used, key) in aliases {
+            let expired = now.duration_since(used) >= ALIAS_GRACE;
+            if !expired && by_name.len() <= target {
+                break;
+            }
+            if let Some(d) = by_name.remove(&key) {
+                by_id.remove(&d.id);
+            }
+        }
+    }
+
     /// Forgets aliases whose grace has passed.
     fn expire(&self) {
         let now = Instant::now();
@@ -265,6 +300,56 @@ mod tests {
         assert!(d.get("x", OsStr::new("note")).is_none());
         assert!(d.listed("x").is_empty());
         assert!(d.by_id(a.id).is_none());
+    }
+
+    #[test]
+    fn aliases_give_way_to_new_messages() {
+        // A fast sender: more messages within the alias grace than drafts may be held.
+        // None is refused; the aliases used longest ago go first.
+        let d = Drafts::default();
+        let deposit = |a: &Arc<Draft>, i: usize| {
+            let mut st = a.state.lock();
+            st.deposited = Some(Published {
+                name: format!("user-{i:03}.md"),
+                path: format!("/w/inbox/x/user-{i:03}.md").into(),
+                dev: 1,
+                ino: i as u64,
+            });
+            st.last_used = Instant::now();
+        };
+        let mut made = Vec::new();
+        for i in 0..MAX_DRAFTS * 3 {
+            let a = d.create("x", OsStr::new(&format!("m{i}")), 0o644).unwrap();
+            deposit(&a, i);
+            made.push(a);
+        }
+        let last = made.last().unwrap();
+        assert!(
+            d.get("x", OsStr::new(&format!("m{}", MAX_DRAFTS * 3 - 1)))
+                .is_some()
+        );
+        assert!(d.by_id(last.id).is_some());
+        assert!(
+            d.get("x", OsStr::new("m0")).is_none(),
+            "the oldest alias stayed"
+        );
+        assert!(d.by_id(made[0].id).is_none());
+        assert!(d.by_name.lock().len() <= MAX_DRAFTS);
+        assert_eq!(d.by_name.lock().len(), d.by_id.lock().len());
+        // Messages still being written never give way.
+        let live: Vec<_> = (0..MAX_DRAFTS)
+            .map_while(|i| d.create("y", OsStr::new(&format!("w{i}")), 0o644).ok())
+            .collect();
+        assert_eq!(
+            live.len(),
+            MAX_DRAFTS,
+            "aliases must make room for live drafts"
+        );
+        assert_eq!(
+            d.create("y", OsStr::new("one-more"), 0o644).unwrap_err(),
+            DraftError::Full
+        );
+        assert!(live.iter().all(|a| d.by_id(a.id).is_some()));
     }
 
     #[test]
