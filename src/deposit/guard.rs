@@ -90,6 +90,8 @@ pub const DEFAULT_GUARD_RECORDS: usize = 256;
 /// thread's syscall). Events wait in order in the queue meanwhile, and every publish
 /// drains them itself, so this only delays a re-deposit by at most this much.
 const PAUSE: Duration = Duration::from_millis(20);
+/// How often a full guard says so.
+const FULL_WARNING_INTERVAL: Duration = Duration::from_secs(60);
 /// The size of the buffer inotify events are read into.
 const EVENT_BUFFER: usize = 64 * 1024;
 /// How often the background thread wakes to expire records when nothing happens.
@@ -160,6 +162,10 @@ struct State {
     repo: Option<Repository>,
     /// The buffer events are read into, kept between drains.
     events: Vec<u8>,
+    /// Deposits dropped from protection since the last warning about it, and when that
+    /// warning was.
+    unprotected: u64,
+    warned_full: Option<Instant>,
 }
 
 struct Watch {
@@ -499,8 +505,26 @@ impl Shared {
             else {
                 break;
             };
-            log::warn!("deposit guard is full; {} is no longer protected", oldest.1);
+            log::debug!("deposit guard is full; {} is no longer protected", oldest.1);
             forget(st, &oldest);
+            st.unprotected += 1;
+        }
+        // A fast sender fills the guard with every deposit: say so once in a while, not
+        // once per message.
+        if st.unprotected > 0
+            && st
+                .warned_full
+                .is_none_or(|at| at.elapsed() >= FULL_WARNING_INTERVAL)
+        {
+            log::warn!(
+                "deposit guard is full ({} deposits tracked): the {} oldest are no longer \
+                 protected against a concurrent `litany message` (deposited long enough \
+                 ago that such a race is unlikely)",
+                self.opts.max_records,
+                st.unprotected
+            );
+            st.unprotected = 0;
+            st.warned_full = Some(Instant::now());
         }
     }
 
