@@ -156,6 +156,34 @@ def make_workspace(ws, agents, steps, refs_per_agent=1):
     return ids
 
 
+def pingpong(cpus, n=20000):
+    """Mean time of one wakeup round trip between two processes over pipes, each pinned
+    to its CPU in `cpus`: what this machine charges for a thread waking another."""
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.sched_setaffinity(0, {cpus[1]})
+        for _ in range(n):
+            os.read(r1, 1)
+            os.write(w2, b"x")
+        os._exit(0)
+    mask = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpus[0]})
+    try:
+        time.sleep(0.05)
+        t = time.perf_counter()
+        for _ in range(n):
+            os.write(w1, b"x")
+            os.read(r2, 1)
+        return (time.perf_counter() - t) / n
+    finally:
+        os.sched_setaffinity(0, mask)
+        os.waitpid(pid, 0)
+        for fd in (r1, w1, r2, w2):
+            os.close(fd)
+
+
 def walk(root):
     n = 0
     for dirpath, dirnames, filenames in os.walk(root):
@@ -238,6 +266,27 @@ def bench_walk(tmp):
     pid = daemon_pid(mnt)
     row(f"cold walk of {count} entries (median of 3 fresh mounts), s", round(cold, 3), round(nat, 3), round(cold / nat, 2), lambda r: r <= 2.0, " s", f"runs {[round(c, 2) for c in colds]}")
     row("FUSE floor: the same cold walk through floorfs, s", round(floor, 3), round(nat, 3), round(floor / nat, 2), None, " s", f"runs {[round(c, 2) for c in floors]}; a server that answers from memory and does nothing else")
+    if os.cpu_count() >= 2:
+        # The same cold walks with the walker and the server on one CPU, where waking the
+        # other side costs little: what the walk costs when wakeups are cheap.
+        mask = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {0})
+        try:
+            pmnt = tmp / "walk-pinned"
+            mount(ws, pmnt)
+            pinned, n4 = timed(walk, pmnt / "steps")
+            unmount(pmnt)
+            fmnt = tmp / "walk-floor-pinned"
+            mount_floor(native, fmnt)
+            pfloor, n5 = timed(walk, fmnt)
+            unmount_floor(fmnt)
+            pnat = statistics.median(timed(walk, native)[0] for _ in range(3))
+        finally:
+            os.sched_setaffinity(0, mask)
+        assert n4 == n5 == count, (n4, n5, count)
+        row("cold walk with walker and daemon on one CPU, s", round(pinned, 3), round(pnat, 3), round(pinned / pnat, 2), None, " s", f"FUSE floor the same way: {round(pfloor, 3)} s ({round(pfloor / pnat, 2)}x native)")
+        same, cross = pingpong((0, 0)), pingpong((0, 1))
+        row("wakeup round trip between two processes on different CPUs / on one CPU (pipe ping-pong), us", round(cross * 1e6, 1), round(same * 1e6, 1), round(cross / same, 1), None, " us", "what a FUSE round trip costs when the server thread and the caller sit on different CPUs")
     row("cold walk: litanyfs / FUSE floor", round(cold / floor, 2), 1, round(cold / floor, 2), None, "x", "litanyfs's own share of the cold walk")
     row("warm walk, s", round(warm, 3), round(nat, 3), round(warm / nat, 2), lambda r: r <= 1.2, " s")
     rss = peak_rss_mib(pid) if pid else None
