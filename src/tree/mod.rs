@@ -144,6 +144,16 @@ pub struct Deposits {
     pub sender: String,
 }
 
+/// The times of a node in an agent's tree.
+#[derive(Debug, Clone, Copy)]
+struct GitTimes {
+    /// The tip commit's time: what files and links show.
+    commit: SystemTime,
+    /// What directories show: they change whenever the branch moves, even to an older
+    /// commit, so the later of the commit's time and the move's.
+    dirs: SystemTime,
+}
+
 /// The virtual tree over one workspace.
 pub struct Tree {
     ws: Workspace,
@@ -450,32 +460,33 @@ impl Tree {
                     commit_mark_bytes(oid).len() as u64
                 };
                 let refname = snap.flavour.mark_ref(kind, id);
-                let mtime = self.refs.ref_mtime(&refname).unwrap_or(self.born);
+                let mtime = snap.moved_at(&refname).unwrap_or(self.born);
                 Ok(self.virtual_attr(node, Kind::File, size, mtime))
             }
             Node::Agent { id, path } => {
-                let (entry, mtime) = self.agent_entry(snap, node, id, path)?;
-                self.git_attr(node, entry, mtime)
+                let (entry, times) = self.agent_entry(snap, node, id, path)?;
+                self.git_attr(node, entry, times)
             }
             Node::Name(name) => {
                 let id = snap
                     .names
                     .get(name)
                     .ok_or_else(|| TreeError::NotFound(node.path()))?;
-                let mtime = self.refs.ref_mtime(&agent_ref(id)).unwrap_or(self.born);
+                let mtime = snap.moved_at(&agent_ref(id)).unwrap_or(self.born);
                 Ok(self.virtual_attr(node, Kind::Symlink, name_target(id).len() as u64, mtime))
             }
         }
     }
 
-    /// What `agents/<id>/<path>` is at the agent's tip in `snap`, and the tip's time.
+    /// What `agents/<id>/<path>` is at the agent's tip in `snap`, and its times, all from
+    /// `snap` (see [`Snapshot::moved`]).
     fn agent_entry(
         &self,
         snap: &Snapshot,
         node: &Node,
         id: &str,
         path: &[String],
-    ) -> Result<(GitEntry, SystemTime), TreeError> {
+    ) -> Result<(GitEntry, GitTimes), TreeError> {
         let git_err = |e| TreeError::git(node.path(), e);
         let tip = *snap
             .agents
@@ -487,19 +498,23 @@ impl Tree {
             .entry_at(tip, &parts)
             .map_err(git_err)?
             .ok_or_else(|| TreeError::NotFound(node.path()))?;
-        let mtime = self.refs.commit_time(tip).map_err(git_err)?;
-        Ok((entry, mtime))
+        let commit = self.refs.commit_time(tip).map_err(git_err)?;
+        let moved = snap.moved_at(&agent_ref(id)).unwrap_or(commit);
+        Ok((
+            entry,
+            GitTimes {
+                commit,
+                dirs: moved.max(commit),
+            },
+        ))
     }
 
-    fn git_attr(&self, node: &Node, entry: GitEntry, mtime: SystemTime) -> Result<Attr, TreeError> {
+    fn git_attr(&self, node: &Node, entry: GitEntry, times: GitTimes) -> Result<Attr, TreeError> {
+        let mtime = times.commit;
         Ok(match entry {
             // A directory of an agent's tree changes whenever its branch moves.
             GitEntry::Tree(_) | GitEntry::Gitlink(_) => {
-                let moved = match node {
-                    Node::Agent { id, .. } => self.refs.ref_mtime(&agent_ref(id)),
-                    _ => None,
-                };
-                self.virtual_attr(node, Kind::Dir, 0, moved.unwrap_or(mtime).max(mtime))
+                self.virtual_attr(node, Kind::Dir, 0, times.dirs)
             }
             GitEntry::Blob { oid, executable } => {
                 let (_, size) = self
@@ -697,7 +712,7 @@ impl Tree {
                 }
             }
             Node::Agent { id, path } => {
-                let (entry, mtime) = self.agent_entry(&*self.snapshot()?, node, id, path)?;
+                let (entry, times) = self.agent_entry(&*self.snapshot()?, node, id, path)?;
                 let tree = match entry {
                     GitEntry::Tree(oid) => oid,
                     GitEntry::Gitlink(_) => return Ok(out),
@@ -714,7 +729,7 @@ impl Tree {
                         id: id.clone(),
                         path: p,
                     };
-                    let attr = self.git_attr(&child, entry, mtime)?;
+                    let attr = self.git_attr(&child, entry, times)?;
                     out.push(Child {
                         name: name.into(),
                         node: child,

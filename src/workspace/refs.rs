@@ -83,9 +83,31 @@ pub struct Snapshot {
     /// When what this snapshot shows last changed: the mtime of the directories built
     /// from it, so that the kernel drops a cached listing once it is stale.
     pub changed_at: Option<SystemTime>,
+    /// Ref name → (target, when it last moved), for every agent branch and mark shown.
+    /// The time is carried over while the target stays the same and is the snapshot's
+    /// own time when it moved, so a time always comes with the content it dates: the
+    /// kernel, which keeps a node's cached content until its mtime changes, can never
+    /// be told a new time for old content (a live stat of the ref file could, between a
+    /// ref update and the snapshot's invalidation).
+    pub moved: HashMap<String, (Oid, SystemTime)>,
 }
 
 impl Snapshot {
+    /// When ref `refname` last moved, as this snapshot knows it.
+    pub fn moved_at(&self, refname: &str) -> Option<SystemTime> {
+        self.moved.get(refname).map(|(_, at)| *at)
+    }
+
+    /// Every agent branch and mark this snapshot shows, as (ref name, target).
+    fn shown_refs(&self) -> impl Iterator<Item = (String, Oid)> + '_ {
+        let agents = self.agents.iter().map(|(id, tip)| (agent_ref(id), *tip));
+        let marks = self.marks.iter().flat_map(move |(kind, ids)| {
+            ids.iter()
+                .map(move |(id, oid)| (self.flavour.mark_ref(kind, id), *oid))
+        });
+        agents.chain(marks)
+    }
+
     /// Whether two snapshots show the same thing (whenever they were taken).
     fn same_view(&self, other: &Snapshot) -> bool {
         self.agents == other.agents
@@ -190,12 +212,34 @@ impl Refs {
             return Ok(c.snapshot.clone());
         }
         let taken = Instant::now();
-        let mut snapshot = self.read_snapshot()?;
-        // An unchanged view keeps the time it first appeared.
-        snapshot.changed_at = match cache.as_ref() {
-            Some(c) if c.snapshot.same_view(&snapshot) => c.snapshot.changed_at,
-            _ => Some(SystemTime::now()),
+        let prev = cache.as_ref().map(|c| c.snapshot.clone());
+        // The first snapshot dates its refs by their files, read before the refs are, so
+        // that no time is newer than the target it is paired with.
+        let files = if prev.is_none() {
+            self.ref_file_times()
+        } else {
+            HashMap::new()
         };
+        let mut snapshot = self.read_snapshot()?;
+        let now = SystemTime::now();
+        // An unchanged view keeps the time it first appeared.
+        snapshot.changed_at = match &prev {
+            Some(p) if p.same_view(&snapshot) => p.changed_at,
+            _ => Some(now),
+        };
+        snapshot.moved = snapshot
+            .shown_refs()
+            .map(|(refname, target)| {
+                let at = match &prev {
+                    Some(p) => match p.moved.get(&refname) {
+                        Some((was, at)) if *was == target => *at,
+                        _ => now,
+                    },
+                    None => files.get(&refname).copied().unwrap_or(now),
+                };
+                (refname, (target, at))
+            })
+            .collect();
         let snapshot = Arc::new(snapshot);
         *cache = Some(Cached {
             fingerprint,
@@ -296,6 +340,7 @@ impl Refs {
             clashes,
             skipped,
             changed_at: None,
+            moved: HashMap::new(),
         })
     }
 
@@ -386,15 +431,50 @@ impl Refs {
         Ok(t)
     }
 
-    /// When a ref last moved, as well as the files can tell: its loose file's mtime, else
-    /// `packed-refs`'s.
-    pub fn ref_mtime(&self, refname: &str) -> Option<SystemTime> {
-        [
-            self.repo_dir.join(refname),
-            self.repo_dir.join("packed-refs"),
-        ]
-        .iter()
-        .find_map(|p| std::fs::symlink_metadata(p).ok()?.modified().ok())
+    /// The mtime of every loose ref file under the agent and mark prefixes, by ref name;
+    /// a packed ref is dated by `packed-refs`.
+    fn ref_file_times(&self) -> HashMap<String, SystemTime> {
+        let packed = std::fs::metadata(self.repo_dir.join("packed-refs"))
+            .and_then(|m| m.modified())
+            .ok();
+        let mut out = HashMap::new();
+        let mut dirs = vec![AGENT_REF_PREFIX.to_string()];
+        for flavour in [Flavour::Litany, Flavour::Lernie] {
+            if let Ok(rd) = std::fs::read_dir(self.repo_dir.join(flavour.mark_root())) {
+                dirs.extend(rd.flatten().filter_map(|e| {
+                    let kind = e.file_name().into_string().ok()?;
+                    Some(format!("{}{kind}/", flavour.mark_root()))
+                }));
+            }
+        }
+        for prefix in dirs {
+            let Ok(rd) = std::fs::read_dir(self.repo_dir.join(&prefix)) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                let (Ok(name), Ok(md)) = (e.file_name().into_string(), e.metadata()) else {
+                    continue;
+                };
+                if let Ok(t) = md.modified() {
+                    out.insert(format!("{prefix}{name}"), t);
+                }
+            }
+        }
+        if let Some(packed) = packed {
+            // Refs only in packed-refs are dated by it; a loose file wins.
+            for line in std::fs::read_to_string(self.repo_dir.join("packed-refs"))
+                .unwrap_or_default()
+                .lines()
+            {
+                if let Some((_, refname)) = line.split_once(' ')
+                    && !line.starts_with('#')
+                    && !line.starts_with('^')
+                {
+                    out.entry(refname.to_string()).or_insert(packed);
+                }
+            }
+        }
+        out
     }
 }
 
@@ -458,6 +538,51 @@ fn classify(entry: &git2::TreeEntry<'_>) -> Option<GitEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refs_time_comes_with_its_target() {
+        use crate::fixture::Fixture;
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(&t.path().join("ws"), Flavour::Litany).unwrap();
+        let a1 = f.agent("a1", None, &[]).unwrap();
+        let a2 = f.agent("a2", None, &[]).unwrap();
+        f.commit_mark("returned", "a1", a1).unwrap();
+        let refs = Refs::open(&f.root().join("repo.git")).unwrap();
+        refs.set_watched(true);
+        let file_time = |r: &str| {
+            std::fs::metadata(f.root().join("repo.git").join(r))
+                .unwrap()
+                .modified()
+                .unwrap()
+        };
+        // The first snapshot dates refs by their files.
+        let s1 = refs.snapshot().unwrap();
+        assert_eq!(
+            s1.moved[&agent_ref("a1")],
+            (a1, file_time(&agent_ref("a1")))
+        );
+        let mark = Flavour::Litany.mark_ref("returned", "a1");
+        assert_eq!(s1.moved[&mark], (a1, file_time(&mark)));
+        // A moved ref gets the time of the snapshot that first shows its new target (not
+        // earlier than the move), the others keep theirs; every time is paired with the
+        // target the snapshot shows.
+        std::thread::sleep(Duration::from_millis(20));
+        let before = SystemTime::now();
+        let a1b = f.agent("a1", None, &[("more.md", b"x")]).unwrap();
+        refs.invalidate();
+        let s2 = refs.snapshot().unwrap();
+        let (target, at) = s2.moved[&agent_ref("a1")];
+        assert_eq!(target, a1b);
+        assert_eq!(s2.agents["a1"], a1b);
+        assert!(at >= before, "{at:?} < {before:?}");
+        assert_eq!(s2.moved[&agent_ref("a2")], s1.moved[&agent_ref("a2")]);
+        assert_eq!(s2.moved[&agent_ref("a2")].0, a2);
+        assert_eq!(s2.moved_at(&mark), s1.moved_at(&mark));
+        // Nothing moved: nothing changes.
+        refs.invalidate();
+        let s3 = refs.snapshot().unwrap();
+        assert_eq!(s3.moved, s2.moved);
+    }
 
     #[test]
     fn flavour_detection() {
