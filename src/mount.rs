@@ -33,6 +33,8 @@ const READY_ENV: &str = "LITANYFS_READY_PIPE";
 const READY_LINE: &str = "ready";
 /// How long a daemon waits for its own mount to answer before giving up.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The running executable, whatever became of its path.
+const SELF_EXE: &str = "/proc/self/exe";
 /// The filesystem type shown in `/proc/mounts` (`fuse.litanyfs`).
 pub const SUBTYPE: &str = "litanyfs";
 /// Threads serving requests unless `--threads` says otherwise: enough that a slow request
@@ -326,8 +328,11 @@ pub fn spawn_daemon(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<PathBu
         .open(&log_path)
         .map_err(|e| MountError::Io(log_path.display().to_string(), e))?;
     let exe = std::env::current_exe().map_err(|e| MountError::Io("current_exe".into(), e))?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("mount")
+    // The running binary itself, even if its file was replaced since it started (an
+    // upgrade, a rebuild): its path would then name another file, or none.
+    let mut cmd = Command::new(SELF_EXE);
+    cmd.arg0(&exe)
+        .arg("mount")
         .arg("--foreground")
         .args(opts.daemon_args())
         .arg(&ws)
