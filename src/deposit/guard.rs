@@ -63,8 +63,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -72,7 +72,8 @@ use git2::Repository;
 use parking_lot::Mutex;
 
 use super::DepositError;
-use super::publish::{InboxDir, Published, Staging};
+use super::publish::{InboxDir, Published};
+use super::spare::Spares;
 use super::validate::agent_exists;
 use crate::workspace::REPO_DIR;
 use crate::workspace::backing::{cvt, fstat};
@@ -146,6 +147,8 @@ struct Shared {
     on_redeposit: Option<OnRedeposit>,
     redeposits: AtomicU64,
     state: Mutex<State>,
+    /// Unnamed files made ahead, when the depositor keeps them ([`Guard::use_spares`]).
+    spares: OnceLock<Arc<Spares>>,
 }
 
 #[derive(Default)]
@@ -243,6 +246,7 @@ impl Guard {
             on_redeposit,
             redeposits: AtomicU64::new(0),
             state: Mutex::new(State::default()),
+            spares: OnceLock::new(),
         });
         let thread = if background {
             let shared = shared.clone();
@@ -274,6 +278,11 @@ impl Guard {
             self.shared.kick();
         }
         Ok(published)
+    }
+
+    /// Publishes into `spares`' files when one is ready (see [`super::spare`]).
+    pub(crate) fn use_spares(&self, spares: Arc<Spares>) {
+        let _ = self.shared.spares.set(spares);
     }
 
     /// Processes every event queued so far and performs the re-deposits they call for,
@@ -409,7 +418,6 @@ impl Shared {
         body: Vec<u8>,
     ) -> Result<Published, DepositError> {
         let dir = InboxDir::open(&self.root, recipient)?;
-        let staged = dir.stage(&body, Staging::Auto)?;
         self.drain(st);
         let wd = self.watch(st, &dir, recipient);
         let view = wd.and_then(|wd| st.watches.get_mut(&wd)).and_then(|w| {
@@ -421,12 +429,11 @@ impl Shared {
         let first = view
             .as_ref()
             .and_then(|names| next_sequence(names.iter().map(String::as_str), sender));
-        let published = staged.link(sender, first)?;
+        let spare = self.spares.get().and_then(|s| s.take());
+        let (published, file) = dir.publish(&body, sender, first, spare)?;
         if let Some(names) = view {
             names.insert(published.name.clone());
         }
-        let file = staged.file().try_clone();
-        drop(staged);
         drop(dir);
         match (wd, file) {
             (Some(wd), Ok(file)) => {

@@ -30,6 +30,7 @@ pub mod error;
 pub mod guard;
 pub mod publish;
 pub mod render;
+pub mod spare;
 pub mod validate;
 pub mod wake;
 
@@ -46,6 +47,7 @@ pub use error::DepositError;
 pub use guard::{Guard, GuardOptions, OnRedeposit};
 pub use publish::{MAX_ATTEMPTS, Published, publish};
 pub use render::{format_utc, now_utc, render, sender_name, sender_name_at};
+pub use spare::Spares;
 pub use validate::{
     DEFAULT_MAX_MESSAGE_BYTES, check_content, check_len, check_recipient, check_sender,
 };
@@ -67,6 +69,9 @@ pub struct Options {
     pub guard: Option<GuardOptions>,
     /// Whether and how to wake the recipient after a deposit.
     pub wake: WakeMode,
+    /// Keep unnamed files ready for deposits ([`spare`]), so that a deposit does not
+    /// wait for the filesystem to allocate one.
+    pub spares: bool,
 }
 
 /// Whether and how a [`Depositor`] wakes the recipient after a deposit.
@@ -88,6 +93,7 @@ impl Default for Options {
             harness: None,
             guard: Some(GuardOptions::default()),
             wake: WakeMode::Inline,
+            spares: true,
         }
     }
 }
@@ -108,6 +114,7 @@ pub struct Depositor {
     wake: WakeMode,
     /// The wake thread, for [`WakeMode::Background`].
     later: Option<Later>,
+    spares: Option<Arc<Spares>>,
     guard: Option<Guard>,
 }
 
@@ -134,6 +141,17 @@ impl Depositor {
                 })
                 .ok()
         });
+        let spares = opts
+            .spares
+            .then(|| Spares::start(ws.root()))
+            .and_then(|r| {
+                r.map_err(|e| log::warn!("no spare-file thread ({e}); deposits make their own"))
+                    .ok()
+            })
+            .map(Arc::new);
+        if let (Some(g), Some(s)) = (&guard, &spares) {
+            g.use_spares(s.clone());
+        }
         let later = match wake {
             WakeMode::Background => Later::new(waker.clone())
                 .map_err(|e| log::warn!("no wake thread ({e}); deposits wake inline"))
@@ -147,6 +165,7 @@ impl Depositor {
             waker,
             wake,
             later,
+            spares,
             guard,
         })
     }
@@ -189,7 +208,13 @@ impl Depositor {
         let body = render(sender, from_name.as_deref(), &now_utc(), text);
         let published = match &self.guard {
             Some(g) => g.publish(recipient, sender, &body)?,
-            None => publish(&self.root, recipient, sender, &body)?,
+            None => publish::publish_with(
+                &self.root,
+                recipient,
+                sender,
+                &body,
+                self.spares.as_ref().and_then(|s| s.take()),
+            )?,
         };
         log::debug!("deposited {}", published.path.display());
         let wake = match (self.wake, &self.later) {

@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use super::DepositError;
+use super::spare::Spare;
 use crate::workspace::INBOX_DIR;
 use crate::workspace::backing::{cstring, cvt, fstat, openat2_beneath};
 use crate::workspace::ids::is_component;
@@ -62,9 +63,19 @@ pub fn publish(
     sender: &str,
     body: &[u8],
 ) -> Result<Published, DepositError> {
+    publish_with(root, recipient, sender, body, None)
+}
+
+/// [`publish()`], writing into `spare` when it can (see [`super::spare`]).
+pub(crate) fn publish_with(
+    root: &Path,
+    recipient: &str,
+    sender: &str,
+    body: &[u8],
+    spare: Option<Spare>,
+) -> Result<Published, DepositError> {
     let dir = InboxDir::open(root, recipient)?;
-    let staged = dir.stage(body, Staging::Auto)?;
-    staged.link(sender, None)
+    Ok(dir.publish(body, sender, None, spare)?.0)
 }
 
 /// `openat2(dirfd, name, flags, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, or `openat` with
@@ -189,9 +200,54 @@ impl InboxDir {
         Ok(out)
     }
 
-    /// Writes `body` into a file that has no accepted name yet.
-    pub(crate) fn stage(&self, body: &[u8], how: Staging) -> Result<Staged<'_>, DepositError> {
+    /// Publishes `body` under the next free name (see [`Staged::link`]; `first` is
+    /// tried first), written into `spare` when it is on this directory's filesystem
+    /// and into a file made here otherwise. Returns what it became and a descriptor on
+    /// the published file.
+    pub(crate) fn publish(
+        &self,
+        body: &[u8],
+        sender: &str,
+        first: Option<u32>,
+        spare: Option<Spare>,
+    ) -> Result<(Published, io::Result<File>), DepositError> {
+        let dev = fstat(&self.fd).map(|st| st.dev).ok();
+        let spare = spare.filter(|s| Some(s.dev) == dev).map(|s| s.file);
+        let spared = spare.is_some();
+        let staged = self.stage(body, Staging::Auto, spare)?;
+        let published = match staged.link(sender, first) {
+            // Same device, other mount (a bind mount): make the file here instead.
+            Err(DepositError::Io { source, .. })
+                if spared && source.raw_os_error() == Some(libc::EXDEV) =>
+            {
+                drop(staged);
+                let staged = self.stage(body, Staging::Auto, None)?;
+                let published = staged.link(sender, first)?;
+                return Ok((published, staged.file().try_clone()));
+            }
+            other => other?,
+        };
+        Ok((published, staged.file().try_clone()))
+    }
+
+    /// Writes `body` into a file that has no accepted name yet: `spare` when given (an
+    /// unnamed file on this filesystem), else one made here.
+    pub(crate) fn stage(
+        &self,
+        body: &[u8],
+        how: Staging,
+        spare: Option<File>,
+    ) -> Result<Staged<'_>, DepositError> {
         let err = |op, e| DepositError::io(op, &self.path, e);
+        if let Some(mut file) = spare {
+            file.write_all(body)
+                .map_err(|e| err("write spare file for", e))?;
+            return Ok(Staged {
+                dir: self,
+                file,
+                temp: None,
+            });
+        }
         if how == Staging::Auto {
             // SAFETY: valid dirfd and NUL-terminated path; the result is checked.
             let r = cvt(unsafe {
@@ -483,7 +539,7 @@ mod tests {
     fn the_named_fallback_leaves_no_debris() {
         let t = tempfile::tempdir().unwrap();
         let dir = InboxDir::open(t.path(), "a1").unwrap();
-        let staged = dir.stage(b"body", Staging::NamedTemp).unwrap();
+        let staged = dir.stage(b"body", Staging::NamedTemp, None).unwrap();
         let temps = entries(dir.path());
         assert_eq!(temps.len(), 1);
         assert!(temps[0].starts_with(TEMP_PREFIX), "{temps:?}");
@@ -493,8 +549,8 @@ mod tests {
         assert_eq!(entries(dir.path()), ["user-001.md"]);
         assert_eq!(std::fs::read(p.path).unwrap(), b"body");
         // A staged file that never gets a name leaves nothing either way.
-        drop(dir.stage(b"x", Staging::NamedTemp).unwrap());
-        drop(dir.stage(b"x", Staging::Auto).unwrap());
+        drop(dir.stage(b"x", Staging::NamedTemp, None).unwrap());
+        drop(dir.stage(b"x", Staging::Auto, None).unwrap());
         assert_eq!(entries(dir.path()), ["user-001.md"]);
     }
 
@@ -514,7 +570,7 @@ mod tests {
                             .map(|j| {
                                 let body = format!("message {i}/{j} {}", "x".repeat(j * 97));
                                 let dir = InboxDir::open(root, "a1").unwrap();
-                                let staged = dir.stage(body.as_bytes(), how).unwrap();
+                                let staged = dir.stage(body.as_bytes(), how, None).unwrap();
                                 staged.link("user", None).unwrap().name
                             })
                             .collect::<Vec<_>>()
