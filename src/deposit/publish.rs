@@ -2,8 +2,9 @@
 //!
 //! Guarantees:
 //! - **No partial file under an accepted name.** The whole body is written to an
-//!   anonymous `O_TMPFILE` in the inbox directory and only then given its name with
-//!   `linkat(2)`; where `O_TMPFILE` is unsupported, to `.litanyfs-<pid>-<n>.tmp` (a dotfile,
+//!   anonymous `O_TMPFILE` (one made ahead in `inbox/`, see [`super::spare`], or one made
+//!   in the inbox directory) and only then given its name with `linkat(2)`; where
+//!   `O_TMPFILE` is unsupported, to `.litanyfs-<pid>-<n>.tmp` (a dotfile,
 //!   which the drain ignores, CONTRACT §3.6) and then `link(2)`ed. A reader sees no file or
 //!   the complete file.
 //! - **Create-only.** `linkat`/`link` fail with `EEXIST` rather than replace, so a publish
