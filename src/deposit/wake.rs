@@ -244,6 +244,95 @@ impl Waker {
     }
 }
 
+/// Wakes agents on a thread of its own (module docs).
+pub struct Later {
+    shared: Arc<LaterShared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct LaterShared {
+    waker: Arc<Waker>,
+    queue: Mutex<LaterQueue>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct LaterQueue {
+    /// Agents to wake, in the order asked; each at most once.
+    agents: VecDeque<String>,
+    stop: bool,
+}
+
+impl Later {
+    pub fn new(waker: Arc<Waker>) -> io::Result<Self> {
+        let shared = Arc::new(LaterShared {
+            waker,
+            queue: Mutex::new(LaterQueue::default()),
+            ready: Condvar::new(),
+        });
+        let worker = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("litanyfs-wake".into())
+            .spawn(move || worker.run())?;
+        Ok(Self {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Asks for `agent` to be woken. A request for it that has not started yet covers
+    /// this one too: its lock check runs after this deposit was linked.
+    pub fn wake(&self, agent: &str) -> Wake {
+        let mut q = self.shared.queue.lock();
+        if !q.agents.iter().any(|a| a == agent) {
+            q.agents.push_back(agent.to_string());
+            self.shared.ready.notify_one();
+        }
+        Wake::Queued
+    }
+}
+
+/// How long the wake thread rests after a round of wakes, so that a run of deposits is
+/// folded into few wakes (and few wakeups of this thread).
+const LATER_PAUSE: Duration = Duration::from_millis(5);
+
+impl LaterShared {
+    fn run(&self) {
+        loop {
+            let agents: Vec<String> = {
+                let mut q = self.queue.lock();
+                while q.agents.is_empty() {
+                    if q.stop {
+                        return;
+                    }
+                    self.ready.wait(&mut q);
+                }
+                q.agents.drain(..).collect()
+            };
+            for agent in agents {
+                let outcome = self.waker.wake(&agent);
+                log::debug!("woke {agent}: {outcome:?}");
+            }
+            if !self.queue.lock().stop {
+                std::thread::sleep(LATER_PAUSE);
+            }
+        }
+    }
+}
+
+impl Drop for Later {
+    /// Runs the wakes still queued, then stops the thread.
+    fn drop(&mut self) {
+        self.shared.queue.lock().stop = true;
+        self.shared.ready.notify_one();
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            log::error!("wake thread panicked");
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -460,94 +549,5 @@ pub(crate) mod tests {
         assert_eq!(waker.wake("a1"), Wake::NoHarness);
         let missing = Waker::new(t.path(), Some(&t.path().join("nope")));
         assert!(matches!(missing.wake("a1"), Wake::Failed(_)));
-    }
-}
-
-/// Wakes agents on a thread of its own (module docs).
-pub struct Later {
-    shared: Arc<LaterShared>,
-    thread: Option<JoinHandle<()>>,
-}
-
-struct LaterShared {
-    waker: Arc<Waker>,
-    queue: Mutex<LaterQueue>,
-    ready: Condvar,
-}
-
-#[derive(Default)]
-struct LaterQueue {
-    /// Agents to wake, in the order asked; each at most once.
-    agents: VecDeque<String>,
-    stop: bool,
-}
-
-impl Later {
-    pub fn new(waker: Arc<Waker>) -> io::Result<Self> {
-        let shared = Arc::new(LaterShared {
-            waker,
-            queue: Mutex::new(LaterQueue::default()),
-            ready: Condvar::new(),
-        });
-        let worker = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("litanyfs-wake".into())
-            .spawn(move || worker.run())?;
-        Ok(Self {
-            shared,
-            thread: Some(thread),
-        })
-    }
-
-    /// Asks for `agent` to be woken. A request for it that has not started yet covers
-    /// this one too: its lock check runs after this deposit was linked.
-    pub fn wake(&self, agent: &str) -> Wake {
-        let mut q = self.shared.queue.lock();
-        if !q.agents.iter().any(|a| a == agent) {
-            q.agents.push_back(agent.to_string());
-            self.shared.ready.notify_one();
-        }
-        Wake::Queued
-    }
-}
-
-/// How long the wake thread rests after a round of wakes, so that a run of deposits is
-/// folded into few wakes (and few wakeups of this thread).
-const LATER_PAUSE: Duration = Duration::from_millis(5);
-
-impl LaterShared {
-    fn run(&self) {
-        loop {
-            let agents: Vec<String> = {
-                let mut q = self.queue.lock();
-                while q.agents.is_empty() {
-                    if q.stop {
-                        return;
-                    }
-                    self.ready.wait(&mut q);
-                }
-                q.agents.drain(..).collect()
-            };
-            for agent in agents {
-                let outcome = self.waker.wake(&agent);
-                log::debug!("woke {agent}: {outcome:?}");
-            }
-            if !self.queue.lock().stop {
-                std::thread::sleep(LATER_PAUSE);
-            }
-        }
-    }
-}
-
-impl Drop for Later {
-    /// Runs the wakes still queued, then stops the thread.
-    fn drop(&mut self) {
-        self.shared.queue.lock().stop = true;
-        self.shared.ready.notify_one();
-        if let Some(t) = self.thread.take()
-            && t.join().is_err()
-        {
-            log::error!("wake thread panicked");
-        }
     }
 }
