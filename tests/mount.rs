@@ -577,3 +577,40 @@ fn unmount_command_ends_the_daemon() {
     assert!(eventually(Duration::from_secs(5), || !alive(pid)));
     assert!(ls(&m.mnt).is_empty());
 }
+
+#[test]
+fn streams_of_a_large_capture_show_their_sizes_though_listed_unparsed() {
+    // A capture over the eager-parse size is listed without being read; `ls -l`, `stat`
+    // and a walk with lstat must still see the decoded streams' real sizes (the listing
+    // tells the kernel not to keep its placeholder attributes).
+    let w = workspace(Flavour::Litany);
+    let stdout = "y".repeat(litanyfs::tree::EAGER_STREAMS_BYTES as usize + 4096);
+    let out = Fixture::tool_output(&stdout, "e\n", 0);
+    w.f.step(A, 2, &[("tools/big/output.json", &out)]).unwrap();
+    let m = Mounted::new(w.f.root());
+    let dir = m.path(&format!("steps/{A}/002/tools/big"));
+    let mut sizes: Vec<(String, u64)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().into_string().unwrap();
+            (name, std::fs::symlink_metadata(e.path()).unwrap().len())
+        })
+        .filter(|(n, _)| n != "output.json")
+        .collect();
+    sizes.sort();
+    assert_eq!(
+        sizes,
+        [("stderr".into(), 2), ("stdout".into(), stdout.len() as u64)]
+    );
+    let (ok, listing, _) = sh(&format!("ls -l '{}'", dir.display()));
+    assert!(ok);
+    assert!(
+        listing.contains(&format!(" {} ", stdout.len())),
+        "ls -l shows the real size:\n{listing}"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("stdout")).unwrap().len(),
+        stdout.len()
+    );
+}

@@ -673,7 +673,12 @@ impl Filesystem for Fs {
                 Entry::Child(c) => {
                     let child = self.inodes.peek_or_insert(&c.attr.identity, &c.node);
                     let attr = self.fuse_attr(child, &c.attr);
-                    let ttl = self.ttl(&c.node, &c.attr);
+                    // A size not known yet must be asked for at the first stat.
+                    let ttl = if c.size_known {
+                        self.ttl(&c.node, &c.attr)
+                    } else {
+                        Duration::ZERO
+                    };
                     let full = reply.add(INodeNo(child), next, &c.name, &ttl, &attr, Generation(0));
                     if !full {
                         // The entry reached the kernel, which now counts a lookup.

@@ -411,6 +411,15 @@ impl PageCache {
         self.interval
     }
 
+    /// Whether `key`'s capture is indexed already (parsed, and it parsed).
+    pub fn indexed(&self, key: &CaptureKey) -> bool {
+        self.lru
+            .lock()
+            .slots
+            .get(key)
+            .is_some_and(|slot| matches!(slot.cell.get(), Some(Outcome::Indexed(_))))
+    }
+
     /// Drop whatever is held for `key`.
     pub fn forget(&self, key: &CaptureKey) {
         self.lru.lock().remove(key);

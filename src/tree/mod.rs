@@ -113,12 +113,22 @@ pub struct Attr {
     pub identity: Identity,
 }
 
+/// Captures up to this size are parsed when their tool directory is listed, so that
+/// `stdout` and `stderr` are listed with their sizes (and only when the capture parses);
+/// larger ones are listed without being read, since a walk of a workspace full of
+/// multi-megabyte captures must not parse them all.
+pub const EAGER_STREAMS_BYTES: u64 = 1 << 20;
+
 /// One entry of a listing.
 #[derive(Debug, Clone)]
 pub struct Child {
     pub name: OsString,
     pub node: Node,
     pub attr: Attr,
+    /// False when `attr.size` is not known yet: a stream of a large capture listed
+    /// without parsing it ([`EAGER_STREAMS_BYTES`]). Its size is found at the first
+    /// lookup or stat, so the kernel must not keep this entry's attributes.
+    pub size_known: bool,
 }
 
 /// What an open file reads from.
@@ -629,6 +639,7 @@ impl Tree {
                             name: name.into(),
                             node,
                             attr,
+                            size_known: true,
                         }),
                         // steps/ or inbox/ may not exist yet in a new workspace.
                         Err(TreeError::NotFound(_)) => {}
@@ -655,6 +666,7 @@ impl Tree {
                         attr: self.backing_node_attr(&child, &st),
                         node: Node::Backing(child),
                         name,
+                        size_known: true,
                     });
                 }
                 if let Some(record) = tool_record(rel)
@@ -676,7 +688,12 @@ impl Tree {
                             name: name.clone(),
                         };
                         if let Ok(attr) = self.getattr(&node) {
-                            out.push(Child { name, node, attr });
+                            out.push(Child {
+                                name,
+                                node,
+                                attr,
+                                size_known: true,
+                            });
                         }
                     }
                 }
@@ -734,6 +751,7 @@ impl Tree {
                         name: name.into(),
                         node: child,
                         attr,
+                        size_known: true,
                     });
                 }
             }
@@ -755,7 +773,10 @@ impl Tree {
     }
 
     /// Adds the `stdout` and `stderr` files of `record` to a tool directory's listing,
-    /// opening the record once for both; a record that does not parse gets none.
+    /// opening the record once for both. A capture up to [`EAGER_STREAMS_BYTES`] is
+    /// parsed for their sizes and gets none if it does not parse; a larger one that is
+    /// not indexed yet is listed without reading it (a walk must not read every capture),
+    /// with sizes found at the first lookup or stat.
     fn push_streams(&self, out: &mut Vec<Child>, record: &RecordPath) {
         if !self.may_page(record) {
             return;
@@ -768,23 +789,31 @@ impl Tree {
             Ok(r) => r,
             Err(e) => return log::debug!("{e}: its streams are not listed"),
         };
+        let lazy = st.size > EAGER_STREAMS_BYTES && !self.pages.indexed(&key);
         for stream in Stream::ALL {
             let node = Node::Stream {
                 record: record.clone(),
                 stream,
             };
-            match self.pages.stream_len(&file, key, stream) {
-                Ok(len) => {
-                    let mut attr = self.virtual_attr(&node, Kind::File, len, system_time(st.mtime));
-                    attr.ctime = system_time(st.ctime);
-                    out.push(Child {
-                        name: stream.as_str().into(),
-                        node,
-                        attr,
-                    });
+            let len = if lazy {
+                None
+            } else {
+                match self.pages.stream_len(&file, key, stream) {
+                    Ok(len) => Some(len),
+                    Err(e) => {
+                        return log::debug!("{}: {e}: its streams are not listed", node.path());
+                    }
                 }
-                Err(e) => return log::debug!("{}: {e}: its streams are not listed", node.path()),
-            }
+            };
+            let mut attr =
+                self.virtual_attr(&node, Kind::File, len.unwrap_or(0), system_time(st.mtime));
+            attr.ctime = system_time(st.ctime);
+            out.push(Child {
+                name: stream.as_str().into(),
+                node,
+                attr,
+                size_known: len.is_some(),
+            });
         }
     }
 
@@ -795,6 +824,7 @@ impl Tree {
                 name: name.into(),
                 node,
                 attr,
+                size_known: true,
             }),
             Err(e) => log::debug!("{}: left out of its listing: {e}", node.path()),
         }

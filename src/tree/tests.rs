@@ -208,3 +208,63 @@ fn hostile_names_are_not_found() {
         Err(TreeError::NotDir(_))
     ));
 }
+
+#[test]
+fn large_captures_are_listed_without_being_parsed() {
+    let (_t, f, tree) = setup(Flavour::Litany);
+    let big = "x".repeat(EAGER_STREAMS_BYTES as usize + 10);
+    let small = Fixture::tool_output("out", "err", 0);
+    f.step(
+        A,
+        2,
+        &[
+            ("tools/big/output.json", &Fixture::tool_output(&big, "e", 0)),
+            ("tools/small/output.json", &small),
+            ("tools/bad/output.json", b"{\"stdout\": \"cut"),
+        ],
+    )
+    .unwrap();
+    let dir = format!("steps/{A}/002/tools");
+    let listed = |tool: &str| {
+        let (node, _) = resolve(&tree, &format!("{dir}/{tool}")).unwrap();
+        tree.list(&node).unwrap()
+    };
+    // A small capture is parsed: exact sizes; one that does not parse lists no streams.
+    let small_streams: Vec<(String, u64, bool)> = listed("small")
+        .into_iter()
+        .filter(|c| c.name != "output.json")
+        .map(|c| {
+            (
+                c.name.to_string_lossy().into_owned(),
+                c.attr.size,
+                c.size_known,
+            )
+        })
+        .collect();
+    assert_eq!(
+        small_streams,
+        [("stdout".into(), 3, true), ("stderr".into(), 3, true)]
+    );
+    assert_eq!(names(&tree, &format!("{dir}/bad")), ["output.json"]);
+    // A large one is listed without reading it...
+    let before = tree.pages().entries();
+    let big_streams: Vec<(String, bool)> = listed("big")
+        .into_iter()
+        .filter(|c| c.name != "output.json")
+        .map(|c| (c.name.to_string_lossy().into_owned(), c.size_known))
+        .collect();
+    assert_eq!(
+        big_streams,
+        [("stdout".into(), false), ("stderr".into(), false)]
+    );
+    assert_eq!(tree.pages().entries(), before, "listing parsed the capture");
+    // ...and a lookup gives the real size, after which listings know it too.
+    let (_, attr) = resolve(&tree, &format!("{dir}/big/stdout")).unwrap();
+    assert_eq!(attr.size, big.len() as u64);
+    let known: Vec<(u64, bool)> = listed("big")
+        .into_iter()
+        .filter(|c| c.name == "stdout")
+        .map(|c| (c.attr.size, c.size_known))
+        .collect();
+    assert_eq!(known, [(big.len() as u64, true)]);
+}
