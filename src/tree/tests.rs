@@ -267,4 +267,16 @@ fn large_captures_are_listed_without_being_parsed() {
         .map(|c| (c.attr.size, c.size_known))
         .collect();
     assert_eq!(known, [(big.len() as u64, true)]);
+    // A large capture that turns out not to parse: listed unread, then not found.
+    let mut broken = Fixture::tool_output(&big, "e", 0);
+    broken.truncate(broken.len() - 40);
+    f.step(A, 3, &[("tools/broken/output.json", &broken)])
+        .unwrap();
+    let broken_dir = format!("steps/{A}/003/tools/broken");
+    assert_eq!(
+        names(&tree, &broken_dir),
+        ["output.json", "stdout", "stderr"]
+    );
+    let e = resolve(&tree, &format!("{broken_dir}/stdout")).unwrap_err();
+    assert_eq!(e.errno(), libc::ENOENT, "{e}");
 }
