@@ -307,11 +307,7 @@ impl Drop for Guard {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         self.shared.kick();
-        if let Some(t) = self.thread.take()
-            && t.join().is_err()
-        {
-            log::error!("deposit guard thread panicked");
-        }
+        super::join(self.thread.take(), "deposit guard");
     }
 }
 

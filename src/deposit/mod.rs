@@ -55,6 +55,16 @@ pub use wake::{Later, Wake, Waker, executor_busy, find_harness, launch};
 
 use crate::workspace::Workspace;
 
+/// Waits for one of the engine's helper threads, already told to stop, and logs it if it
+/// panicked (`what` names it).
+fn join(thread: Option<std::thread::JoinHandle<()>>, what: &str) {
+    if let Some(t) = thread
+        && t.join().is_err()
+    {
+        log::error!("{what} thread panicked");
+    }
+}
+
 /// How a [`Depositor`] behaves.
 #[derive(Debug, Clone)]
 pub struct Options {

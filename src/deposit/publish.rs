@@ -95,6 +95,22 @@ fn open_beneath(dirfd: &OwnedFd, name: &CStr, flags: libc::c_int) -> io::Result<
     }
 }
 
+/// A new file with no name on `dir`'s filesystem (`O_TMPFILE`), mode `0666` less the
+/// umask as for any created file: what a deposit is written into before it is linked.
+pub(crate) fn unnamed_file(dir: &impl AsRawFd) -> io::Result<File> {
+    // SAFETY: valid dirfd and NUL-terminated path; the result is checked.
+    let fd = cvt(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c".".as_ptr(),
+            libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC,
+            0o666 as libc::c_uint,
+        )
+    })?;
+    // SAFETY: the descriptor was just returned to us and is owned by nobody else.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
 /// `mkdirat(dirfd, name, 0777)` (the umask applies, as with `create_dir_all`); an
 /// existing entry is fine, and whether it is a usable directory is up to the open.
 fn mkdir_at(dirfd: &OwnedFd, name: &CStr) -> io::Result<()> {
@@ -240,29 +256,12 @@ impl InboxDir {
         spare: Option<File>,
     ) -> Result<Staged<'_>, DepositError> {
         let err = |op, e| DepositError::io(op, &self.path, e);
-        if let Some(mut file) = spare {
-            file.write_all(body)
-                .map_err(|e| err("write spare file for", e))?;
-            return Ok(Staged {
-                dir: self,
-                file,
-                temp: None,
-            });
-        }
-        if how == Staging::Auto {
-            // SAFETY: valid dirfd and NUL-terminated path; the result is checked.
-            let r = cvt(unsafe {
-                libc::openat(
-                    self.fd.as_raw_fd(),
-                    c".".as_ptr(),
-                    libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC,
-                    0o666 as libc::c_uint,
-                )
-            });
+        let unnamed = spare
+            .map(Ok)
+            .or_else(|| (how == Staging::Auto).then(|| unnamed_file(&self.fd)));
+        if let Some(r) = unnamed {
             match r {
-                Ok(fd) => {
-                    // SAFETY: the descriptor was just returned to us.
-                    let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+                Ok(mut file) => {
                     file.write_all(body)
                         .map_err(|e| err("write temporary file in", e))?;
                     return Ok(Staged {

@@ -22,13 +22,14 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
 
+use super::publish::unnamed_file;
 use crate::workspace::INBOX_DIR;
 use crate::workspace::backing::{cstring, cvt, fstat, openat2_beneath};
 
@@ -145,17 +146,7 @@ impl Shared {
         let inbox = openat2_beneath(&root, &c_inbox, libc::O_PATH | libc::O_DIRECTORY)?;
         let mut out = Vec::with_capacity(n);
         for _ in 0..n {
-            // SAFETY: valid dirfd and NUL-terminated path; the result is checked.
-            let fd = cvt(unsafe {
-                libc::openat(
-                    inbox.as_raw_fd(),
-                    c".".as_ptr(),
-                    libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC,
-                    0o666 as libc::c_uint,
-                )
-            })?;
-            // SAFETY: the descriptor was just returned to us.
-            let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+            let file = unnamed_file(&inbox)?;
             let dev = fstat(&file)?.dev;
             out.push(Spare { file, dev });
         }
@@ -167,11 +158,7 @@ impl Drop for Spares {
     fn drop(&mut self) {
         self.shared.state.lock().stop = true;
         self.shared.wanted.notify_one();
-        if let Some(t) = self.thread.take()
-            && t.join().is_err()
-        {
-            log::error!("spare-file thread panicked");
-        }
+        super::join(self.thread.take(), "spare-file");
     }
 }
 

@@ -325,11 +325,7 @@ impl Drop for Later {
     fn drop(&mut self) {
         self.shared.queue.lock().stop = true;
         self.shared.ready.notify_one();
-        if let Some(t) = self.thread.take()
-            && t.join().is_err()
-        {
-            log::error!("wake thread panicked");
-        }
+        super::join(self.thread.take(), "wake");
     }
 }
 
