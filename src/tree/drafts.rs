@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
@@ -33,6 +33,10 @@ pub const ALIAS_GRACE: Duration = Duration::from_secs(5);
 /// Past it, the aliases used longest ago give way (early); only when every draft is a
 /// message still being written does creating another fail with `ENOSPC`.
 pub const MAX_DRAFTS: usize = 1024;
+/// The most bytes the aliases of sent messages keep in memory together; past it the
+/// aliases used longest ago give way early, as they do for [`MAX_DRAFTS`]. Without it a
+/// fast sender of large messages would hold up to [`MAX_DRAFTS`] of them for the grace.
+pub const ALIAS_BYTES: usize = 16 << 20;
 
 /// What a draft holds now.
 #[derive(Debug, Clone)]
@@ -51,6 +55,8 @@ pub struct DraftState {
     /// child that inherited the descriptor and exits early cannot deposit half a
     /// message (the last release deposits in any case).
     pub writer: Option<u32>,
+    /// Bytes of `buf` counted in the aliases' total ([`ALIAS_BYTES`]) while deposited.
+    counted: usize,
 }
 
 #[derive(Debug)]
@@ -59,6 +65,19 @@ pub struct Draft {
     pub agent: String,
     name: Mutex<OsString>,
     pub state: Mutex<DraftState>,
+    /// The aliases' byte total this draft's content is counted in, if deposited.
+    alias_bytes: Arc<AtomicUsize>,
+}
+
+impl Drop for Draft {
+    /// The content is freed with the last reference (listings and open handles hold
+    /// some), and leaves the aliases' total then.
+    fn drop(&mut self) {
+        let counted = self.state.get_mut().counted;
+        if counted > 0 {
+            self.alias_bytes.fetch_sub(counted, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Draft {
@@ -97,6 +116,8 @@ pub struct Drafts {
     /// When each inbox's set of listed drafts last changed: part of the directory's
     /// mtime, which is how the kernel learns its cached listing is stale.
     changed: Mutex<HashMap<String, SystemTime>>,
+    /// Bytes of content kept by deposited drafts that are still in memory.
+    alias_bytes: Arc<AtomicUsize>,
 }
 
 /// Why a draft could not be made.
@@ -141,7 +162,9 @@ impl Drafts {
                 perm,
                 last_used: Instant::now(),
                 writer: None,
+                counted: 0,
             }),
+            alias_bytes: self.alias_bytes.clone(),
         });
         by_name.insert(key, draft.clone());
         self.by_id.lock().insert(draft.id, draft.clone());
@@ -233,6 +256,55 @@ impl Drafts {
             }
             if let Some(d) = by_name.remove(&key) {
                 by_id.remove(&d.id);
+            }
+        }
+    }
+
+    /// `st` (a draft's state, locked) was just deposited: its content now counts toward
+    /// [`ALIAS_BYTES`]. Call [`Drafts::shed_aliases`] once the lock is released.
+    pub fn deposited(&self, st: &mut DraftState) {
+        st.counted = st.buf.len();
+        self.alias_bytes.fetch_add(st.counted, Ordering::Relaxed);
+    }
+
+    /// `st` (deposited, locked) is about to hold a new message under the same name: its
+    /// old content no longer counts as an alias's.
+    pub fn reused(&self, st: &mut DraftState) {
+        if st.counted > 0 {
+            self.alias_bytes.fetch_sub(st.counted, Ordering::Relaxed);
+            st.counted = 0;
+        }
+    }
+
+    /// Bytes the aliases keep now.
+    pub fn alias_bytes(&self) -> usize {
+        self.alias_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Past [`ALIAS_BYTES`], drops the aliases used longest ago until what is left fits
+    /// in three quarters of it (their content is freed as their last handles close).
+    pub fn shed_aliases(&self) {
+        if self.alias_bytes() <= ALIAS_BYTES {
+            return;
+        }
+        let mut by_name = self.by_name.lock();
+        let mut aliases: Vec<(Instant, usize, (String, OsString))> = by_name
+            .iter()
+            .filter_map(|(key, d)| {
+                let st = d.state.lock();
+                (st.deposited.is_some()).then(|| (st.last_used, st.counted, key.clone()))
+            })
+            .collect();
+        aliases.sort_by_key(|(used, _, _)| *used);
+        let mut left: usize = aliases.iter().map(|(_, counted, _)| counted).sum();
+        let mut by_id = self.by_id.lock();
+        for (_, counted, key) in aliases {
+            if left <= ALIAS_BYTES * 3 / 4 {
+                break;
+            }
+            if let Some(d) = by_name.remove(&key) {
+                by_id.remove(&d.id);
+                left -= counted;
             }
         }
     }
@@ -350,6 +422,47 @@ mod tests {
             DraftError::Full
         );
         assert!(live.iter().all(|a| d.by_id(a.id).is_some()));
+    }
+
+    #[test]
+    fn aliases_keep_a_bounded_number_of_bytes() {
+        let d = Drafts::default();
+        let size = 1 << 20;
+        let n = ALIAS_BYTES / size * 2;
+        for i in 0..n {
+            let a = d.create("x", OsStr::new(&format!("m{i}")), 0o644).unwrap();
+            let mut st = a.state.lock();
+            st.buf = vec![b'x'; size];
+            st.deposited = Some(Published {
+                name: format!("user-{i:03}.md"),
+                path: format!("/w/inbox/x/user-{i:03}.md").into(),
+                dev: 1,
+                ino: i as u64,
+            });
+            st.last_used = Instant::now();
+            d.deposited(&mut st);
+            drop(st);
+            drop(a); // the writer's handle closed
+            d.shed_aliases();
+            assert!(
+                d.alias_bytes() <= ALIAS_BYTES,
+                "{} after {i}",
+                d.alias_bytes()
+            );
+        }
+        // The newest is still readable under its name; the oldest gave way.
+        let newest = d.get("x", OsStr::new(&format!("m{}", n - 1))).unwrap();
+        assert_eq!(newest.state.lock().buf.len(), size);
+        assert!(d.get("x", OsStr::new("m0")).is_none());
+        // Reusing a name for a new message takes its old content out of the total.
+        let before = d.alias_bytes();
+        d.reused(&mut newest.state.lock());
+        assert_eq!(d.alias_bytes(), before - size);
+        drop(newest);
+        // Everything forgotten: nothing counted.
+        d.by_name.lock().clear();
+        d.by_id.lock().clear();
+        assert_eq!(d.alias_bytes(), 0);
     }
 
     #[test]

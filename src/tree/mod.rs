@@ -1145,6 +1145,7 @@ impl Tree {
                 if !truncate {
                     return Err(TreeError::Immutable(node.path()));
                 }
+                self.drafts.reused(&mut st);
                 st.deposited = None;
                 st.buf.clear();
                 st.dirty = false;
@@ -1234,7 +1235,9 @@ impl Tree {
                 );
                 st.deposited = Some(done.published);
                 st.last_used = std::time::Instant::now();
+                self.drafts.deposited(&mut st);
                 drop(st);
+                self.drafts.shed_aliases();
                 self.drafts.touch(&d.agent);
                 Ok(())
             }
