@@ -481,6 +481,15 @@ def bench_deposits(tmp):
             subprocess.run([lit, "message", "--", str(ws), aid, f"message {i}"], env=env, capture_output=True, check=True)
         lm = (time.perf_counter() - t) / m
         row("deposits: litany message time / mount time", round(lm / via, 1), 20, round(lm / via / 20, 2), lambda r: r >= 1.0, "x", f"litany message {round(lm * 1000, 1)} ms each")
+    # Memory: a burst of large messages (each near the 1 MiB limit) must not stay in the
+    # daemon: drafts, the aliases of sent ones and the guard's copies are all bounded.
+    big = "z" * 1_000_000
+    for i in range(200):
+        with open(mnt / "inbox" / aid / f"big{i}", "w") as f:
+            f.write(big)
+    pid = daemon_pid(mnt)
+    rss = peak_rss_mib(pid) if pid else None
+    row("daemon peak RSS after 200 deposits of 1 MB", rss, 100, None if rss is None else round(rss / 100, 2), lambda r: r is not None and r <= 1.0, " MiB")
     fcntl.flock(lock, fcntl.LOCK_UN)
     os.close(lock)
     unmount(mnt)

@@ -470,6 +470,20 @@ fn raise_fd_limit() {
     }
 }
 
+/// Allocations from this size up are mapped on their own and returned to the system when
+/// freed: messages being written and the guard's copies are up to a MiB each, and glibc's
+/// default (a threshold that rises after each such free) kept them in the heap, so a
+/// burst of large messages left the daemon holding their memory long after.
+const MMAP_THRESHOLD: libc::c_int = 256 << 10;
+
+/// Fixes glibc's mmap threshold at [`MMAP_THRESHOLD`] (see there).
+fn return_large_allocations() {
+    // SAFETY: mallopt only changes allocator tuning; a refusal (0) leaves the default.
+    if unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD) } == 0 {
+        log::debug!("mallopt(M_MMAP_THRESHOLD) refused; large buffers may stay in the heap");
+    }
+}
+
 fn serve(
     ws: &Path,
     mnt: &Path,
@@ -482,6 +496,7 @@ fn serve(
         .dev();
     handle_signals(mnt.clone());
     raise_fd_limit();
+    return_large_allocations();
     let mut tree = Tree::new(workspace.clone())
         .map_err(|e| MountError::Daemon(e.to_string()))?
         .with_cache_bytes(opts.cache_bytes);

@@ -81,8 +81,10 @@ use crate::workspace::inbox::next_sequence;
 
 /// How long a deposit stays protected if it is neither delivered nor deleted.
 pub const DEFAULT_GUARD_WINDOW: Duration = Duration::from_secs(120);
-/// The most message bytes the guard keeps for re-deposit.
-pub const DEFAULT_GUARD_BYTES: usize = 64 << 20;
+/// The most message bytes the guard keeps for re-deposit. A rename can only replace a
+/// deposit in the milliseconds after it was linked (module docs, point 5), so the most
+/// recent messages are the ones worth keeping; 16 MiB holds sixteen at the size limit.
+pub const DEFAULT_GUARD_BYTES: usize = 16 << 20;
 /// The most deposits the guard tracks at once (each holds one file descriptor).
 pub const DEFAULT_GUARD_RECORDS: usize = 256;
 
