@@ -553,3 +553,62 @@ fn a_fast_sender_is_never_refused_for_bookkeeping() {
     want.sort();
     assert_eq!(bodies, want);
 }
+
+#[test]
+fn messages_being_written_are_bounded_in_bytes_with_enospc_at_the_write() {
+    // Many large messages held open at once: once they hold DRAFT_BYTES together, the
+    // write that would go past it fails with ENOSPC (and nothing already written is lost).
+    let w = workspace();
+    let m = mount(&w, &[]);
+    let chunk = vec![b'm'; 1_000_000];
+    let mut open_files = Vec::new();
+    let mut refused = None;
+    for i in 0..litanyfs::tree::drafts::DRAFT_BYTES / chunk.len() + 2 {
+        let mut f = std::fs::File::create(m.path(&format!("inbox/{A}/big{i}"))).unwrap();
+        match f.write_all(&chunk) {
+            Ok(()) => open_files.push(f),
+            Err(e) => {
+                refused = Some((i, e.raw_os_error()));
+                break;
+            }
+        }
+    }
+    let (at, errno) = refused.expect("no write was refused");
+    assert_eq!(errno, Some(libc::ENOSPC));
+    assert_eq!(at, litanyfs::tree::drafts::DRAFT_BYTES / chunk.len());
+    // Every message written in full is deposited in full when closed.
+    drop(open_files);
+    let d = deposits(&w.f.inbox(A));
+    assert_eq!(d.len(), at);
+    assert!(d.iter().all(|(_, b)| split(b).1 == chunk));
+}
+
+#[test]
+fn a_message_cut_short_by_a_refused_write_is_never_sent() {
+    // `cat big > f` writes in pieces: the pieces before the limit succeed, the one that
+    // crosses it is refused. The close must not send the part that got through (it once
+    // deposited the first MiB of a 3 MB message); it answers the same errno, and the
+    // name stays listed until it is rewritten or removed.
+    use std::os::fd::IntoRawFd;
+    let w = workspace();
+    let m = mount(&w, &["--max-message-bytes", "1000"]);
+    let path = m.path(&format!("inbox/{A}/cut"));
+    let mut f = std::fs::File::create(&path).unwrap();
+    f.write_all(&[b'a'; 600]).unwrap();
+    let e = f.write_all(&[b'b'; 600]).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EFBIG));
+    // SAFETY: closing a descriptor we own, to see close(2)'s own answer.
+    let closed = unsafe { libc::close(f.into_raw_fd()) };
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    assert_eq!((closed, errno), (-1, Some(libc::EFBIG)));
+    assert!(
+        deposits(&w.f.inbox(A)).is_empty(),
+        "part of a message was sent"
+    );
+    assert!(names(&m.path(&format!("inbox/{A}"))).contains("cut"));
+    // Rewritten (O_TRUNC) within the limit, it is sent whole.
+    std::fs::write(&path, b"short and whole").unwrap();
+    let d = deposits(&w.f.inbox(A));
+    assert_eq!(d.len(), 1);
+    assert_eq!(split(&d[0].1).1, b"short and whole");
+}

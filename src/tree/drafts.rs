@@ -33,6 +33,9 @@ pub const ALIAS_GRACE: Duration = Duration::from_secs(5);
 /// Past it, the aliases used longest ago give way (early); only when every draft is a
 /// message still being written does creating another fail with `ENOSPC`.
 pub const MAX_DRAFTS: usize = 1024;
+/// The most bytes messages still being written hold together; a write past it fails with
+/// `ENOSPC` (each message is also bounded by `--max-message-bytes`).
+pub const DRAFT_BYTES: usize = 64 << 20;
 /// The most bytes the aliases of sent messages keep in memory together; past it the
 /// aliases used longest ago give way early, as they do for [`MAX_DRAFTS`]. Without it a
 /// fast sender of large messages would hold up to [`MAX_DRAFTS`] of them for the grace.
@@ -55,8 +58,22 @@ pub struct DraftState {
     /// child that inherited the descriptor and exits early cannot deposit half a
     /// message (the last release deposits in any case).
     pub writer: Option<u32>,
-    /// Bytes of `buf` counted in the aliases' total ([`ALIAS_BYTES`]) while deposited.
+    /// A write to it was refused, so it holds only part of what its writer meant to
+    /// send: it is never deposited as it is, until it is emptied (truncated) and written
+    /// again.
+    pub refused: Option<Refused>,
+    /// Bytes of `buf` counted in the totals: live ones while being written, an alias's
+    /// once deposited.
     counted: usize,
+}
+
+/// Why a write to a draft was refused (see [`DraftState::refused`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// It would have passed `--max-message-bytes` (`len` bytes against `max`).
+    TooLarge { len: u64, max: u64 },
+    /// The messages being written hold [`DRAFT_BYTES`] together.
+    NoSpace,
 }
 
 #[derive(Debug)]
@@ -65,18 +82,34 @@ pub struct Draft {
     pub agent: String,
     name: Mutex<OsString>,
     pub state: Mutex<DraftState>,
-    /// The aliases' byte total this draft's content is counted in, if deposited.
-    alias_bytes: Arc<AtomicUsize>,
+    /// The totals this draft's content is counted in.
+    bytes: Arc<Bytes>,
+}
+
+/// Bytes of content held in memory, by kind: counted while held, so the bounds are on
+/// memory actually in use.
+#[derive(Debug, Default)]
+struct Bytes {
+    /// By messages still being written ([`DRAFT_BYTES`]).
+    live: AtomicUsize,
+    /// By deposited drafts, i.e. the aliases of sent messages ([`ALIAS_BYTES`]).
+    alias: AtomicUsize,
+}
+
+impl Bytes {
+    fn total(&self, deposited: bool) -> &AtomicUsize {
+        if deposited { &self.alias } else { &self.live }
+    }
 }
 
 impl Drop for Draft {
     /// The content is freed with the last reference (listings and open handles hold
-    /// some), and leaves the aliases' total then.
+    /// some), and leaves its total then.
     fn drop(&mut self) {
-        let counted = self.state.get_mut().counted;
-        if counted > 0 {
-            self.alias_bytes.fetch_sub(counted, Ordering::Relaxed);
-        }
+        let st = self.state.get_mut();
+        self.bytes
+            .total(st.deposited.is_some())
+            .fetch_sub(st.counted, Ordering::Relaxed);
     }
 }
 
@@ -116,8 +149,8 @@ pub struct Drafts {
     /// When each inbox's set of listed drafts last changed: part of the directory's
     /// mtime, which is how the kernel learns its cached listing is stale.
     changed: Mutex<HashMap<String, SystemTime>>,
-    /// Bytes of content kept by deposited drafts that are still in memory.
-    alias_bytes: Arc<AtomicUsize>,
+    /// Bytes of content held by drafts still in memory.
+    bytes: Arc<Bytes>,
 }
 
 /// Why a draft could not be made.
@@ -162,9 +195,10 @@ impl Drafts {
                 perm,
                 last_used: Instant::now(),
                 writer: None,
+                refused: None,
                 counted: 0,
             }),
-            alias_bytes: self.alias_bytes.clone(),
+            bytes: self.bytes.clone(),
         });
         by_name.insert(key, draft.clone());
         self.by_id.lock().insert(draft.id, draft.clone());
@@ -260,25 +294,50 @@ impl Drafts {
         }
     }
 
-    /// `st` (a draft's state, locked) was just deposited: its content now counts toward
-    /// [`ALIAS_BYTES`]. Call [`Drafts::shed_aliases`] once the lock is released.
-    pub fn deposited(&self, st: &mut DraftState) {
-        st.counted = st.buf.len();
-        self.alias_bytes.fetch_add(st.counted, Ordering::Relaxed);
+    /// Sets a message being written (its state `st`, locked) to `len` bytes, zero-filled
+    /// when it grows; `Full` when that would take the messages being written past
+    /// [`DRAFT_BYTES`].
+    pub fn resize(&self, st: &mut DraftState, len: usize) -> Result<(), DraftError> {
+        let live = &self.bytes.live;
+        if len > st.counted {
+            let grow = len - st.counted;
+            live.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                held.checked_add(grow).filter(|&t| t <= DRAFT_BYTES)
+            })
+            .map_err(|_| DraftError::Full)?;
+        } else {
+            live.fetch_sub(st.counted - len, Ordering::Relaxed);
+        }
+        st.buf.resize(len, 0);
+        st.counted = len;
+        Ok(())
     }
 
-    /// `st` (deposited, locked) is about to hold a new message under the same name: its
-    /// old content no longer counts as an alias's.
+    /// `st` (a draft's state, locked) was just deposited: its content now counts as an
+    /// alias's ([`ALIAS_BYTES`]). Call [`Drafts::shed_aliases`] once the lock is released.
+    pub fn deposited(&self, st: &mut DraftState) {
+        self.bytes.live.fetch_sub(st.counted, Ordering::Relaxed);
+        st.counted = st.buf.len();
+        self.bytes.alias.fetch_add(st.counted, Ordering::Relaxed);
+    }
+
+    /// `st` (deposited, locked) starts a new message under the same name: the old
+    /// content goes, and with it its count.
     pub fn reused(&self, st: &mut DraftState) {
-        if st.counted > 0 {
-            self.alias_bytes.fetch_sub(st.counted, Ordering::Relaxed);
-            st.counted = 0;
-        }
+        self.bytes.alias.fetch_sub(st.counted, Ordering::Relaxed);
+        st.counted = 0;
+        st.buf = Vec::new();
+        st.deposited = None;
     }
 
     /// Bytes the aliases keep now.
     pub fn alias_bytes(&self) -> usize {
-        self.alias_bytes.load(Ordering::Relaxed)
+        self.bytes.alias.load(Ordering::Relaxed)
+    }
+
+    /// Bytes the messages being written hold now.
+    pub fn live_bytes(&self) -> usize {
+        self.bytes.live.load(Ordering::Relaxed)
     }
 
     /// Past [`ALIAS_BYTES`], drops the aliases used longest ago until what is left fits
@@ -463,6 +522,48 @@ mod tests {
         d.by_name.lock().clear();
         d.by_id.lock().clear();
         assert_eq!(d.alias_bytes(), 0);
+    }
+
+    #[test]
+    fn messages_being_written_hold_a_bounded_number_of_bytes() {
+        let d = Drafts::default();
+        let mib = 1 << 20;
+        let mut held = Vec::new();
+        for i in 0..DRAFT_BYTES / mib {
+            let a = d.create("x", OsStr::new(&format!("w{i}")), 0o644).unwrap();
+            d.resize(&mut a.state.lock(), mib).unwrap();
+            held.push(a);
+        }
+        assert_eq!(d.live_bytes(), DRAFT_BYTES);
+        let one_more = d.create("x", OsStr::new("one-more"), 0o644).unwrap();
+        assert_eq!(
+            d.resize(&mut one_more.state.lock(), 1).unwrap_err(),
+            DraftError::Full
+        );
+        assert!(
+            one_more.state.lock().buf.is_empty(),
+            "a refused write grew the draft"
+        );
+        // Shrinking, depositing and forgetting give the bytes back.
+        d.resize(&mut held[0].state.lock(), 0).unwrap();
+        d.resize(&mut one_more.state.lock(), mib).unwrap();
+        {
+            let mut st = held[1].state.lock();
+            st.deposited = Some(Published {
+                name: "user-001.md".into(),
+                path: "/w/inbox/x/user-001.md".into(),
+                dev: 1,
+                ino: 1,
+            });
+            d.deposited(&mut st);
+        }
+        assert_eq!(d.live_bytes(), DRAFT_BYTES - mib);
+        assert_eq!(d.alias_bytes(), mib);
+        drop(held);
+        drop(one_more);
+        d.by_name.lock().clear();
+        d.by_id.lock().clear();
+        assert_eq!((d.live_bytes(), d.alias_bytes()), (0, 0));
     }
 
     #[test]

@@ -105,7 +105,13 @@ impl std::fmt::Display for TreeError {
                 "{p}: a deposited message is immutable; to add something, deposit another"
             ),
             Self::Exists(p) => write!(f, "{p}: exists"),
-            Self::NoSpace(p) => write!(f, "{p}: too many messages being written at once"),
+            Self::NoSpace(p) => write!(
+                f,
+                "{p}: too many messages being written at once (at most {} of them, holding \
+                 {} MiB together)",
+                super::drafts::MAX_DRAFTS,
+                super::drafts::DRAFT_BYTES >> 20
+            ),
             Self::Deposit(p, e) => write!(f, "{p}: deposit refused: {e}"),
             Self::Page(p, e) => write!(f, "{p}: read_tool_output would refuse it: {e}"),
             Self::Io(p, e) => write!(f, "{p}: {e}"),

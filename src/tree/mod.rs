@@ -41,7 +41,7 @@ use crate::paging::{
 use crate::workspace::backing::{Backing, Stat};
 use crate::workspace::refs::{GitEntry, Refs, Snapshot, agent_ref};
 use crate::workspace::{AGENTS_DIR, STEPS_DIR, Workspace, ids::is_component, inbox, steps};
-use drafts::{Draft, DraftError, Drafts};
+use drafts::{Draft, DraftError, Drafts, Refused};
 
 /// Permission bits of what the view shows: records and git content are read-only.
 pub const FILE_PERM: u16 = 0o444;
@@ -152,6 +152,16 @@ pub enum Content {
 pub struct Deposits {
     pub depositor: Depositor,
     pub sender: String,
+}
+
+/// The error a refused write to a draft answers, at the write and at every close after.
+fn refused_error(node: &Node, why: Refused) -> TreeError {
+    match why {
+        Refused::TooLarge { len, max } => {
+            TreeError::Deposit(node.path(), DepositError::TooLarge { len, max })
+        }
+        Refused::NoSpace => TreeError::NoSpace(node.path()),
+    }
 }
 
 /// The times of a node in an agent's tree.
@@ -1146,8 +1156,6 @@ impl Tree {
                     return Err(TreeError::Immutable(node.path()));
                 }
                 self.drafts.reused(&mut st);
-                st.deposited = None;
-                st.buf.clear();
                 st.dirty = false;
                 st.writer = None;
                 st.mtime = SystemTime::now();
@@ -1155,8 +1163,14 @@ impl Tree {
                 self.drafts.touch(&d.agent);
                 return Ok(Content::Draft(d));
             }
+            if truncate {
+                // Emptied: whatever was refused before is gone with it.
+                st.refused = None;
+            }
             if truncate && !st.buf.is_empty() {
-                st.buf.clear();
+                self.drafts
+                    .resize(&mut st, 0)
+                    .map_err(|_| TreeError::NoSpace(node.path()))?;
                 st.dirty = true;
                 st.mtime = SystemTime::now();
             }
@@ -1181,12 +1195,13 @@ impl Tree {
         }
         let end = offset.saturating_add(data.len() as u64);
         if end > max {
-            let e = DepositError::TooLarge { len: end, max };
-            return Err(TreeError::Deposit(node.path(), e));
+            st.refused = Some(Refused::TooLarge { len: end, max });
+            return Err(refused_error(node, Refused::TooLarge { len: end, max }));
         }
         let (start, end) = (offset as usize, end as usize);
-        if st.buf.len() < end {
-            st.buf.resize(end, 0);
+        if st.buf.len() < end && self.drafts.resize(&mut st, end).is_err() {
+            st.refused = Some(Refused::NoSpace);
+            return Err(refused_error(node, Refused::NoSpace));
         }
         st.buf[start..end].copy_from_slice(data);
         st.dirty = true;
@@ -1219,6 +1234,16 @@ impl Tree {
         }
         if by.is_some() && by != st.writer {
             return Ok(());
+        }
+        if let Some(why) = st.refused {
+            // Part of a message is not the message: keep it unsent (still listed, so the
+            // writer sees it was not sent) and say so at every close.
+            log::warn!(
+                "{}: not sent: a write to it was refused, so it holds only part of the \
+                 message; truncate it and write it again, or remove it",
+                node.path()
+            );
+            return Err(refused_error(node, why));
         }
         st.dirty = false;
         match deposits
@@ -1268,7 +1293,12 @@ impl Tree {
             return Err(TreeError::Deposit(node.path(), e));
         }
         if st.buf.len() as u64 != size {
-            st.buf.resize(size as usize, 0);
+            self.drafts
+                .resize(&mut st, size as usize)
+                .map_err(|_| TreeError::NoSpace(node.path()))?;
+            if size == 0 {
+                st.refused = None;
+            }
             st.dirty = true;
             st.mtime = SystemTime::now();
         }
