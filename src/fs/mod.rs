@@ -671,7 +671,9 @@ impl Filesystem for Fs {
                     reply.add(ino, next, name, &SHORT_TTL, &dot_attr, Generation(0))
                 }
                 Entry::Child(c) => {
-                    let child = self.inodes.peek_or_insert(&c.attr.identity, &c.node);
+                    // Counted as a lookup up front (the entry normally reaches the kernel,
+                    // which then counts one); taken back if the reply had no room for it.
+                    let child = self.inodes.lookup(&c.attr.identity, &c.node);
                     let attr = self.fuse_attr(child, &c.attr);
                     // A size not known yet must be asked for at the first stat.
                     let ttl = if c.size_known {
@@ -680,9 +682,8 @@ impl Filesystem for Fs {
                         Duration::ZERO
                     };
                     let full = reply.add(INodeNo(child), next, &c.name, &ttl, &attr, Generation(0));
-                    if !full {
-                        // The entry reached the kernel, which now counts a lookup.
-                        self.inodes.lookup(&c.attr.identity, &c.node);
+                    if full {
+                        self.inodes.forget(child, 1);
                     }
                     full
                 }
