@@ -1196,14 +1196,18 @@ impl Run {
         }
     }
 
-    fn op_stray_tmp(&mut self) {
-        let dirs: Vec<String> = self
-            .model
+    /// Every directory under `steps/` the model holds.
+    fn step_dirs(&self) -> Vec<String> {
+        self.model
             .backing
             .iter()
             .filter(|(p, e)| matches!(e, Backing::Dir) && p.starts_with("steps/"))
             .map(|(p, _)| p.clone())
-            .collect();
+            .collect()
+    }
+
+    fn op_stray_tmp(&mut self) {
+        let dirs = self.step_dirs();
         if dirs.is_empty() {
             return self.op_new_step();
         }
@@ -1478,13 +1482,7 @@ impl Run {
     }
 
     fn op_step_symlink(&mut self) {
-        let dirs: Vec<String> = self
-            .model
-            .backing
-            .iter()
-            .filter(|(p, e)| matches!(e, Backing::Dir) && p.starts_with("steps/"))
-            .map(|(p, _)| p.clone())
-            .collect();
+        let dirs = self.step_dirs();
         if dirs.is_empty() {
             return self.op_new_step();
         }

@@ -411,20 +411,22 @@ mod tests {
         assert!(d.get("x", OsStr::new("note")).is_none());
     }
 
+    /// Marks `st` as sent as deposit `i`, just now (what the tree does at a deposit).
+    fn sent(st: &mut DraftState, i: usize) {
+        st.deposited = Some(Published {
+            name: format!("user-{i:03}.md"),
+            path: format!("/w/inbox/x/user-{i:03}.md").into(),
+            dev: 1,
+            ino: i as u64,
+        });
+        st.last_used = Instant::now();
+    }
+
     #[test]
     fn deposited_drafts_are_unlisted_aliases_until_the_grace_passes() {
         let d = Drafts::default();
         let a = d.create("x", OsStr::new("note"), 0o644).unwrap();
-        {
-            let mut st = a.state.lock();
-            st.deposited = Some(Published {
-                name: "user-001.md".into(),
-                path: "/w/inbox/x/user-001.md".into(),
-                dev: 1,
-                ino: 2,
-            });
-            st.last_used = Instant::now();
-        }
+        sent(&mut a.state.lock(), 1);
         assert!(d.listed("x").is_empty());
         assert!(d.get("x", OsStr::new("note")).is_some());
         a.state.lock().last_used = Instant::now() - ALIAS_GRACE - Duration::from_millis(1);
@@ -438,16 +440,7 @@ mod tests {
         // A fast sender: more messages within the alias grace than drafts may be held.
         // None is refused; the aliases used longest ago go first.
         let d = Drafts::default();
-        let deposit = |a: &Arc<Draft>, i: usize| {
-            let mut st = a.state.lock();
-            st.deposited = Some(Published {
-                name: format!("user-{i:03}.md"),
-                path: format!("/w/inbox/x/user-{i:03}.md").into(),
-                dev: 1,
-                ino: i as u64,
-            });
-            st.last_used = Instant::now();
-        };
+        let deposit = |a: &Arc<Draft>, i: usize| sent(&mut a.state.lock(), i);
         let mut made = Vec::new();
         for i in 0..MAX_DRAFTS * 3 {
             let a = d.create("x", OsStr::new(&format!("m{i}")), 0o644).unwrap();
@@ -492,13 +485,7 @@ mod tests {
             let a = d.create("x", OsStr::new(&format!("m{i}")), 0o644).unwrap();
             let mut st = a.state.lock();
             st.buf = vec![b'x'; size];
-            st.deposited = Some(Published {
-                name: format!("user-{i:03}.md"),
-                path: format!("/w/inbox/x/user-{i:03}.md").into(),
-                dev: 1,
-                ino: i as u64,
-            });
-            st.last_used = Instant::now();
+            sent(&mut st, i);
             d.deposited(&mut st);
             drop(st);
             drop(a); // the writer's handle closed
@@ -549,12 +536,7 @@ mod tests {
         d.resize(&mut one_more.state.lock(), mib).unwrap();
         {
             let mut st = held[1].state.lock();
-            st.deposited = Some(Published {
-                name: "user-001.md".into(),
-                path: "/w/inbox/x/user-001.md".into(),
-                dev: 1,
-                ino: 1,
-            });
+            sent(&mut st, 1);
             d.deposited(&mut st);
         }
         assert_eq!(d.live_bytes(), DRAFT_BYTES - mib);
