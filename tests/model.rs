@@ -1269,11 +1269,22 @@ impl Run {
         );
         // litany's own write: a dotted temp, then a rename onto the final name.
         self.note("direct-deposit", format!("{dir}/{name} (via .{name}.tmp)"));
-        let tmp = format!("{dir}/.{name}.tmp");
+        let tmp = self.litany_tmp(&dir, &name);
         self.write(&tmp, body.as_bytes(), None);
         self.view = self.model.view();
         self.check(&dir, "inbox while a deposit's .tmp exists");
         self.rename(&tmp, &format!("{dir}/{name}"));
+    }
+
+    /// litany's temp name for deposit `name` in `dir` (`.<name>.tmp`), or a fresh one
+    /// when debris (a directory, say) already holds it.
+    fn litany_tmp(&mut self, dir: &str, name: &str) -> String {
+        let tmp = format!("{dir}/.{name}.tmp");
+        if self.model.backing.contains_key(&tmp) {
+            format!("{dir}/.{name}.{}.tmp", self.serial())
+        } else {
+            tmp
+        }
     }
 
     fn op_debris(&mut self) {
@@ -1511,7 +1522,7 @@ impl Run {
             let sender = if self.rng.one_in(3) { "p1-abc" } else { "user" };
             let seq = self.model.next_seq(&dir, sender);
             let name = format!("{sender}-{seq:03}.md");
-            let tmp = format!("{dir}/.{name}.tmp");
+            let tmp = self.litany_tmp(&dir, &name);
             self.write(
                 &tmp,
                 format!("---\nfrom: {sender}\n---\nburst").as_bytes(),
