@@ -10,6 +10,7 @@ pub mod demo;
 pub mod deposit;
 pub mod fixture;
 pub mod fs;
+pub mod inotify;
 pub mod mount;
 pub mod paging;
 pub mod tree;

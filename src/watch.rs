@@ -9,14 +9,14 @@
 //! does not make the daemon look like the agent's executor to `litany stop`.
 
 use std::collections::HashMap;
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
 
+use crate::inotify::{EVENT_BUFFER, Inotify};
 use crate::workspace::backing::Backing;
 use crate::workspace::refs::{AGENT_REF_PREFIX, Flavour};
 
@@ -68,7 +68,7 @@ enum Watched {
 }
 
 pub struct Watcher {
-    fd: OwnedFd,
+    inotify: Inotify,
     repo: PathBuf,
     wds: Mutex<HashMap<i32, Watched>>,
     backing: Mutex<HashMap<PathBuf, i32>>,
@@ -76,32 +76,14 @@ pub struct Watcher {
 
 impl Watcher {
     pub fn new(repo_dir: &Path) -> io::Result<Self> {
-        // SAFETY: plain syscall; the result is checked.
-        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
         let w = Self {
-            // SAFETY: a fresh descriptor we own.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            inotify: Inotify::new(false)?,
             repo: repo_dir.to_path_buf(),
             wds: Mutex::new(HashMap::new()),
             backing: Mutex::new(HashMap::new()),
         };
         w.watch_refs();
         Ok(w)
-    }
-
-    fn add(&self, path: &Path, mask: u32) -> io::Result<i32> {
-        let c = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        // SAFETY: valid inotify fd and NUL-terminated path.
-        let wd = unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c.as_ptr(), mask) };
-        if wd < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(wd)
-        }
     }
 
     /// Watches every directory a ref update touches that exists now. Called again on
@@ -127,7 +109,7 @@ impl Watcher {
         }
         let mut wds = self.wds.lock();
         for d in dirs {
-            if let Ok(wd) = self.add(&d, REFS_MASK) {
+            if let Ok(wd) = self.inotify.add(&d, REFS_MASK) {
                 wds.insert(wd, Watched::Refs);
             }
         }
@@ -144,8 +126,7 @@ impl Watcher {
             Ok(fd) => fd,
             Err(_) => return false,
         };
-        let proc_path = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
-        match self.add(&proc_path, DIR_MASK & !libc::IN_DONT_FOLLOW) {
+        match self.inotify.add_fd(&fd, DIR_MASK) {
             Ok(wd) => {
                 self.wds
                     .lock()
@@ -170,58 +151,32 @@ impl Watcher {
 
     /// Blocks until events arrive and returns what they mean.
     pub fn read_changes(&self) -> io::Result<Vec<Change>> {
-        let mut buf = vec![0u8; 64 * 1024];
-        let n = loop {
-            // SAFETY: valid fd and writable buffer of the given length.
-            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n >= 0 {
-                break n as usize;
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        };
+        let mut buf = vec![0u8; EVENT_BUFFER];
         let mut out = Vec::new();
         let mut refs = false;
-        let mut at = 0;
-        let header = std::mem::size_of::<libc::inotify_event>();
-        while at + header <= n {
-            // SAFETY: the kernel wrote whole events; read_unaligned copes with alignment.
-            let ev: libc::inotify_event =
-                unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
-            let name_bytes = &buf[at + header..(at + header + ev.len as usize).min(n)];
-            let name = OsStr::from_bytes(name_bytes.split(|b| *b == 0).next().unwrap_or_default());
-            at += header + ev.len as usize;
-            if ev.mask & libc::IN_Q_OVERFLOW != 0 {
+        self.inotify.read(&mut buf, |ev| {
+            if ev.overflowed() {
                 out.push(Change::Overflow);
-                continue;
+                return;
             }
             let watched = self.wds.lock().get(&ev.wd).cloned();
             match watched {
                 Some(Watched::Refs) => refs = true,
                 Some(Watched::Backing(dir)) => {
-                    if ev.mask & (libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_IGNORED) != 0
-                    {
+                    if ev.watch_ended() {
                         self.forget(ev.wd, &dir);
                         out.push(Change::Gone(dir));
-                    } else if !name.is_empty() {
-                        let renamed = ev.mask
-                            & (libc::IN_CREATE
-                                | libc::IN_DELETE
-                                | libc::IN_MOVED_FROM
-                                | libc::IN_MOVED_TO)
-                            != 0;
+                    } else if !ev.name.is_empty() {
                         out.push(Change::Entry {
                             dir,
-                            name: name.to_os_string(),
-                            renamed,
+                            name: OsStr::from_bytes(ev.name).to_os_string(),
+                            renamed: ev.renamed(),
                         });
                     }
                 }
                 None => {}
             }
-        }
+        })?;
         if refs {
             self.watch_refs();
             out.push(Change::Refs);

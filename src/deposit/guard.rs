@@ -56,11 +56,9 @@
 //! name empty was deleted.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -75,6 +73,7 @@ use super::DepositError;
 use super::publish::{InboxDir, Published};
 use super::spare::Spares;
 use super::validate::agent_exists;
+use crate::inotify::{EVENT_BUFFER, Inotify};
 use crate::workspace::REPO_DIR;
 use crate::workspace::backing::{cvt, fstat};
 use crate::workspace::inbox::next_sequence;
@@ -95,8 +94,6 @@ pub const DEFAULT_GUARD_RECORDS: usize = 256;
 const PAUSE: Duration = Duration::from_millis(20);
 /// How often a full guard says so.
 const FULL_WARNING_INTERVAL: Duration = Duration::from_secs(60);
-/// The size of the buffer inotify events are read into.
-const EVENT_BUFFER: usize = 64 * 1024;
 /// How often the background thread wakes to expire records when nothing happens.
 const TICK: Duration = Duration::from_millis(500);
 /// The inotify events the guard needs on an inbox directory.
@@ -140,7 +137,7 @@ pub struct Guard {
 
 struct Shared {
     root: PathBuf,
-    inotify: OwnedFd,
+    inotify: Inotify,
     /// An eventfd that wakes the thread: to stop, or to run re-deposits found by a
     /// publisher's drain.
     kick: OwnedFd,
@@ -231,11 +228,8 @@ impl Guard {
         on_redeposit: Option<OnRedeposit>,
         background: bool,
     ) -> io::Result<Self> {
-        // SAFETY: plain syscalls with flag arguments; results are checked.
-        let inotify = cvt(unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) })?;
-        // SAFETY: `inotify` was just returned to us.
-        let inotify = unsafe { OwnedFd::from_raw_fd(inotify) };
-        // SAFETY: as above.
+        let inotify = Inotify::new(true)?;
+        // SAFETY: plain syscall with flag arguments; the result is checked.
         let kick = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
         // SAFETY: `kick` was just returned to us.
         let kick = unsafe { OwnedFd::from_raw_fd(kick) };
@@ -449,19 +443,17 @@ impl Shared {
     /// Watches `dir` (through its `/proc/self/fd` path, so exactly the directory we
     /// publish into); `None` when inotify refuses, and the deposit goes unprotected.
     fn watch(&self, st: &mut State, dir: &InboxDir, recipient: &str) -> Option<i32> {
-        let proc = CString::new(dir.proc_path().as_os_str().as_bytes()).ok()?;
-        // SAFETY: valid inotify fd and NUL-terminated path; the result is checked.
-        let wd =
-            unsafe { libc::inotify_add_watch(self.inotify.as_raw_fd(), proc.as_ptr(), WATCH_MASK) };
-        if wd < 0 {
-            log::warn!(
-                "{}: cannot watch ({}); this deposit is not protected against a concurrent \
-                 `litany message` replacing it",
-                dir.path().display(),
-                io::Error::last_os_error()
-            );
-            return None;
-        }
+        let wd = match self.inotify.add(&dir.proc_path(), WATCH_MASK) {
+            Ok(wd) => wd,
+            Err(e) => {
+                log::warn!(
+                    "{}: cannot watch ({e}); this deposit is not protected against a \
+                     concurrent `litany message` replacing it",
+                    dir.path().display(),
+                );
+                return None;
+            }
+        };
         st.watches.entry(wd).or_insert_with(|| Watch {
             recipient: recipient.to_string(),
             path: dir.path().to_path_buf(),
@@ -543,32 +535,16 @@ impl Shared {
 
     fn drain_into(&self, st: &mut State, buf: &mut [u8]) {
         loop {
-            // SAFETY: reads into a live buffer of the given length.
-            let n =
-                unsafe { libc::read(self.inotify.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EAGAIN) => return,
-                    Some(libc::EINTR) => continue,
-                    _ => {
-                        log::error!("deposit guard: reading inotify: {e}");
-                        return;
-                    }
+            match self
+                .inotify
+                .read(buf, |ev| self.apply(st, ev.wd, ev.mask, ev.name))
+            {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e) => {
+                    log::error!("deposit guard: reading inotify: {e}");
+                    return;
                 }
-            }
-            let n = n as usize;
-            let header = std::mem::size_of::<libc::inotify_event>();
-            let mut at = 0;
-            while at + header <= n {
-                // SAFETY: at least `header` bytes remain at `at`; the read is unaligned.
-                let ev: libc::inotify_event =
-                    unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
-                let end = (at + header + ev.len as usize).min(n);
-                let raw = &buf[at + header..end];
-                let name = raw.split(|b| *b == 0).next().unwrap_or(&[]);
-                self.apply(st, ev.wd, ev.mask, name);
-                at = end;
             }
         }
     }
@@ -711,8 +687,7 @@ impl Shared {
             .copied()
             .collect();
         for wd in idle {
-            // SAFETY: valid inotify fd; a stale wd only yields EINVAL.
-            unsafe { libc::inotify_rm_watch(self.inotify.as_raw_fd(), wd) };
+            self.inotify.remove(wd);
             if let Some(w) = st.watches.remove(&wd) {
                 log::trace!("stopped watching {} ({})", w.path.display(), w.recipient);
             }
