@@ -12,7 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .ok_or("usage: listbench WORKSPACE")?;
     let tree = Tree::new(Workspace::open(std::path::Path::new(&ws))?)?;
-    let (steps, _) = tree.lookup(&Node::Root, OsStr::new("steps"))?;
+    let steps = tree.lookup(&Node::Root, OsStr::new("steps"))?.node;
     let t = Instant::now();
     let mut stack = vec![steps];
     let (mut dirs, mut entries) = (0, 0);

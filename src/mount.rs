@@ -499,7 +499,8 @@ fn serve(
     return_large_allocations();
     let mut tree = Tree::new(workspace.clone())
         .map_err(|e| MountError::Daemon(e.to_string()))?
-        .with_cache_bytes(opts.cache_bytes);
+        .with_cache_bytes(opts.cache_bytes)
+        .watching();
     let mut sender = opts.sender.clone();
     if let Some(agent) = &opts.agent {
         if sender != crate::workspace::inbox::USER_SENDER && sender != *agent {

@@ -5,14 +5,13 @@
 #![no_main]
 
 use std::ffi::OsStr;
-use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
 use libfuzzer_sys::fuzz_target;
 use litanyfs::fixture::Fixture;
 use litanyfs::paging::{Address, PAGE_BYTES};
-use litanyfs::tree::{Content, Node, Tree, XATTR_NEXT};
+use litanyfs::tree::{Capture, Content, Node, OpenMode, Tree, XATTR_NEXT};
 use litanyfs::workspace::Workspace;
 use litanyfs::workspace::refs::Flavour;
 
@@ -107,7 +106,8 @@ fn check_path(node: &Node) {
 
 /// A backing node names something under `steps/` or `inbox/`, with plain components.
 fn check_backing(node: &Node) {
-    if let Node::Backing(rel) = node {
+    if let Node::Backing(b) = node {
+        let rel = b.rel();
         let mut parts = rel.components();
         let first = parts.next();
         assert!(
@@ -121,7 +121,8 @@ fn check_backing(node: &Node) {
 /// A backing node that exists was reached without passing through a symlink: every
 /// directory above it, on disk, is a real directory.
 fn check_confined(root: &Path, node: &Node) {
-    if let Node::Backing(rel) = node {
+    if let Node::Backing(b) = node {
+        let rel = b.rel();
         let mut dir = root.to_path_buf();
         let parents: Vec<_> = rel.components().collect();
         for part in &parents[..parents.len().saturating_sub(1)] {
@@ -135,18 +136,18 @@ fn check_confined(root: &Path, node: &Node) {
 /// A page is the slice of its whole stream that it names, of the size its attributes
 /// give, and its `next` xattr is the address just past it.
 fn check_page(tree: &Tree, node: &Node, address: &Address) {
-    let Ok(Content::Bytes(page)) = tree.open(node) else {
+    let Ok(Content::Bytes(page)) = tree.open_content(node) else {
         return;
     };
     let attr = tree.getattr(node).expect("an open page has attributes");
     assert_eq!(attr.size, page.len() as u64, "{address}");
-    let whole = Node::Stream {
+    let whole = Node::Capture(Capture::Stream {
         record: address.record.clone(),
         stream: address.stream,
-    };
-    let stream = tree.open(&whole).expect("a page's stream opens");
+    });
+    let stream = tree.open_content(&whole).expect("a page's stream opens");
     let slice = tree
-        .read_stream(&stream, address.offset, PAGE_BYTES)
+        .read(&whole, &stream, address.offset, PAGE_BYTES as u32)
         .expect("a page's stream reads");
     assert_eq!(slice, page.as_slice(), "{address}");
     let len = tree
@@ -178,25 +179,20 @@ fn visit(root: &Path, tree: &Tree, node: &Node) {
             check_backing(&child.node);
             // What a listing shows, a lookup finds.
             match tree.lookup(node, &child.name) {
-                Ok((found, _)) => assert_eq!(found, child.node, "{:?} in {node:?}", child.name),
+                Ok(found) => assert_eq!(found.node, child.node, "{:?} in {node:?}", child.name),
                 Err(e) => panic!("{:?} listed in {node:?} but not found: {e}", child.name),
             }
         }
     }
-    if let Node::Page(address) = node {
+    if let Node::Capture(Capture::Page(address)) = node {
         check_page(tree, node, address);
     }
-    match tree.open(node) {
-        Ok(Content::File(mut f)) => {
-            let mut buf = [0u8; 256];
-            let _ = f.read(&mut buf);
+    if let Ok(attr) = tree.getattr(node)
+        && let Ok(opened) = tree.open(node, &attr.identity, OpenMode::Read)
+    {
+        for offset in [0, 1, 4096, u64::MAX] {
+            let _ = tree.read(node, &opened.content, offset, 4096);
         }
-        Ok(c @ Content::Stream { .. }) => {
-            for offset in [0, 1, 4096, u64::MAX] {
-                let _ = tree.read_stream(&c, offset, 4096);
-            }
-        }
-        _ => {}
     }
 }
 
@@ -208,11 +204,11 @@ fuzz_target!(|data: &[u8]| {
         for name in data.split(|&b| b == b'/') {
             let parent = node.clone();
             // A failed lookup leaves the walk where it was.
-            if let Ok((child, _)) = tree.lookup(&parent, OsStr::from_bytes(name)) {
+            if let Ok(found) = tree.lookup(&parent, OsStr::from_bytes(name)) {
                 if let Node::Backing(_) = parent {
-                    check_backing(&child);
+                    check_backing(&found.node);
                 }
-                node = child;
+                node = found.node;
                 visit(&root, tree, &node);
             }
         }

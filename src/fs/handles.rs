@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use fuser::BackingId;
 use parking_lot::Mutex;
 
-use crate::tree::Content;
+use crate::tree::{Content, MAX_OPEN};
 
 /// What a file handle number stands for: an open file, read from its content.
 pub struct Handle {
@@ -16,11 +16,6 @@ pub struct Handle {
     /// (it is only held, never read).
     pub _passthrough: Option<Arc<BackingId>>,
 }
-
-/// The most files open through the mount at once; past it, `open` and `create` answer
-/// `ENFILE`. Each holds at most a descriptor or a draft, so this bounds what opens that
-/// are never closed can cost.
-pub const MAX_OPEN: usize = 65_536;
 
 #[derive(Default)]
 pub struct Handles {

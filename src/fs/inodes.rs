@@ -181,20 +181,21 @@ impl InodeTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tree::GitNode;
 
     #[test]
     fn numbers_follow_identity_not_name() {
         let t = InodeTable::default();
         let a = Identity::Backing { dev: 1, ino: 10 };
         let b = Identity::Backing { dev: 1, ino: 11 };
-        let name = Node::Backing("inbox/x/user-001.md".into());
+        let name = Node::backing("inbox/x/user-001.md");
         let first = t.lookup(&a, &name);
         assert_ne!(first, ROOT_INO);
         // Same name, new file: a new number.
         let second = t.lookup(&b, &name);
         assert_ne!(first, second);
         // Same file, new name: the same number, resolved through the new name.
-        let renamed = Node::Backing("inbox/x/user-002.md".into());
+        let renamed = Node::backing("inbox/x/user-002.md");
         assert_eq!(t.lookup(&a, &renamed), first);
         assert_eq!(t.get(first).map(|g| g.0), Some(renamed.clone()));
         assert_eq!(t.ino_of(&renamed), Some(first));
@@ -205,7 +206,7 @@ mod tests {
     fn backing_files_on_the_root_device_keep_their_own_numbers() {
         let t = InodeTable::new(Some(7));
         let a = Identity::Backing { dev: 7, ino: 4242 };
-        let node = Node::Backing("steps/x/001/response.json".into());
+        let node = Node::backing("steps/x/001/response.json");
         assert_eq!(t.lookup(&a, &node), 4242);
         t.forget(4242, 1);
         assert!(t.get(4242).is_none());
@@ -218,8 +219,8 @@ mod tests {
         assert!(t.lookup(&other_dev, &node) >= ALLOCATED_BASE);
         assert!(
             t.lookup(
-                &Identity::Virtual(Box::new(Node::MarksRoot)),
-                &Node::MarksRoot
+                &Identity::Virtual(Box::new(Node::Git(GitNode::MarksRoot))),
+                &Node::Git(GitNode::MarksRoot)
             ) >= ALLOCATED_BASE
         );
     }
@@ -227,15 +228,15 @@ mod tests {
     #[test]
     fn forget_drops_entries_and_keeps_the_root() {
         let t = InodeTable::default();
-        let a = Identity::Virtual(Box::new(Node::MarksRoot));
-        let ino = t.lookup(&a, &Node::MarksRoot);
-        t.lookup(&a, &Node::MarksRoot);
+        let a = Identity::Virtual(Box::new(Node::Git(GitNode::MarksRoot)));
+        let ino = t.lookup(&a, &Node::Git(GitNode::MarksRoot));
+        t.lookup(&a, &Node::Git(GitNode::MarksRoot));
         t.forget(ino, 1);
         assert!(t.get(ino).is_some());
         t.forget(ino, 1);
         assert!(t.get(ino).is_none());
         assert_ne!(
-            t.lookup(&a, &Node::MarksRoot),
+            t.lookup(&a, &Node::Git(GitNode::MarksRoot)),
             ino,
             "numbers are not reused"
         );

@@ -13,7 +13,6 @@ pub use inodes::ROOT_INO;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::os::unix::fs::FileExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::sync::Arc;
@@ -29,23 +28,13 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::tree::{Area, Attr, Child, Content, Kind, Node, Tree, TreeError};
-use crate::watch::{Change, Watcher};
-use crate::workspace::backing;
+use crate::tree::{
+    Attr, Child, Content, ErrorKind, Identity, Kind, Node, OpenMode, Opened, SHORT_TTL, Tree,
+    TreeError,
+};
+use crate::watch::Change;
 use handles::{Handle, Handles};
 use inodes::InodeTable;
-
-/// How long the kernel may trust a name or attributes under a watched backing directory:
-/// long, because every change there is invalidated as it happens (see [`Invalidator`]).
-pub const WATCHED_TTL: Duration = Duration::from_secs(3600);
-/// How long it may trust everything else (git-derived nodes, the top level, directories
-/// that could not be watched): short, so that changes show within a second.
-pub const SHORT_TTL: Duration = Duration::from_millis(250);
-
-/// How read-only opens of anything but a draft are answered: their close has nothing to
-/// tell the daemon, so the kernel skips the `FLUSH` round trip (`grep -r`, `cat` and
-/// `find -exec` pay one request per file instead of two).
-const READ_ONLY: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
 
 /// How long the invalidation thread rests after applying a batch of changes.
 const INVALIDATION_PAUSE: Duration = Duration::from_millis(2);
@@ -59,6 +48,10 @@ enum Entry<'a> {
 /// The most listings kept between the `readdir` calls that read them; past it they are
 /// dropped (a reader mid-listing then gets a fresh one).
 const MAX_LISTINGS: usize = 1024;
+
+/// Whose listing a `readdir` continues: directories have no handles (see `opendir`), so
+/// a listing is kept per directory and reading thread.
+type Reader = (u64, u32);
 
 /// Kernel features asked for at `init`, each taken only if the kernel offers it.
 const WANTED: [InitFlags; 4] = [
@@ -78,9 +71,8 @@ pub struct State {
     tree: Arc<Tree>,
     inodes: InodeTable,
     handles: Handles,
-    watcher: Option<Watcher>,
-    /// Listings being read, by directory inode (see [`State::listing`]).
-    listings: Mutex<HashMap<u64, Arc<Vec<Child>>>>,
+    /// Listings being read, by reader (see [`State::listing`]).
+    listings: Mutex<HashMap<Reader, Arc<Vec<Child>>>>,
     passthrough: AtomicBool,
     uid: u32,
     gid: u32,
@@ -118,19 +110,6 @@ fn refuse(op: &str, e: &TreeError) -> Errno {
     errno(e)
 }
 
-/// The refusal of an open past [`handles::MAX_OPEN`].
-fn too_many_open(ino: INodeNo) -> TreeError {
-    let e = std::io::Error::from_raw_os_error(libc::ENFILE);
-    TreeError::Io(
-        format!(
-            "inode {}: {} files open through the mount",
-            ino.0,
-            handles::MAX_OPEN
-        ),
-        e,
-    )
-}
-
 fn file_type(kind: Kind) -> FileType {
     match kind {
         Kind::Dir => FileType::Directory,
@@ -144,22 +123,11 @@ impl Fs {
         let root_dev = tree.backing().lstat(Path::new("")).ok().map(|st| st.dev);
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        let watcher = match Watcher::new(&tree.workspace().repo_dir()) {
-            Ok(w) => {
-                tree.refs().set_watched(true);
-                Some(w)
-            }
-            Err(e) => {
-                log::warn!("inotify unavailable ({e}); everything is re-read at short intervals");
-                None
-            }
-        };
         Self {
             state: Arc::new(State {
                 tree,
                 inodes: InodeTable::new(root_dev),
                 handles: Handles::default(),
-                watcher,
                 listings: Mutex::new(HashMap::new()),
                 passthrough: AtomicBool::new(false),
                 uid,
@@ -178,37 +146,6 @@ impl Fs {
 }
 
 impl State {
-    /// Watches backing directory `node` before anything in it is answered.
-    fn watch(&self, node: &Node) {
-        if let (Node::Backing(rel), Some(w)) = (node, &self.watcher) {
-            w.watch_backing(self.tree.backing(), rel);
-        }
-    }
-
-    fn watched(&self, rel: &Path) -> bool {
-        self.watcher.as_ref().is_some_and(|w| w.is_watched(rel))
-    }
-
-    /// How long the kernel may keep `node`'s name and attributes: long only when every
-    /// change to them is reported, i.e. its directory (and, for a directory, itself) is
-    /// watched.
-    fn ttl(&self, node: &Node, attr: &Attr) -> Duration {
-        let Node::Backing(rel) = node else {
-            return SHORT_TTL;
-        };
-        // An inbox directory's listing also changes with drafts, which no watch reports;
-        // its mtime says so, and the kernel must ask for it often.
-        if attr.kind == Kind::Dir && Area::of(rel) == Area::Inbox {
-            return SHORT_TTL;
-        }
-        let parent_watched = rel.parent().is_some_and(|p| self.watched(p));
-        if parent_watched && (attr.kind != Kind::Dir || self.watched(rel)) {
-            WATCHED_TTL
-        } else {
-            SHORT_TTL
-        }
-    }
-
     fn fuse_attr(&self, ino: u64, a: &Attr) -> FileAttr {
         FileAttr {
             ino: INodeNo(ino),
@@ -229,24 +166,16 @@ impl State {
         }
     }
 
-    fn node(&self, ino: INodeNo) -> Result<Node, TreeError> {
+    /// The node `ino` stands for, and what it was when the kernel learnt it.
+    fn node(&self, ino: INodeNo) -> Result<(Node, Identity), TreeError> {
         self.inodes
             .get(ino.0)
-            .map(|(node, _)| node)
-            .ok_or_else(|| TreeError::NotFound(format!("inode {}", ino.0)))
+            .ok_or_else(|| TreeError::not_found(format!("inode {}", ino.0)))
     }
 
-    /// The attributes of `ino` now; `NotFound` when its path names something else.
-    fn attr(&self, ino: INodeNo) -> Result<Attr, TreeError> {
-        let (node, identity) = self
-            .inodes
-            .get(ino.0)
-            .ok_or_else(|| TreeError::NotFound(format!("inode {}", ino.0)))?;
-        let attr = self.tree.getattr(&node)?;
-        if attr.identity != identity {
-            return Err(TreeError::NotFound(node.path()));
-        }
-        Ok(attr)
+    /// The mount-relative path of `ino`, for log lines.
+    fn path(&self, ino: INodeNo) -> String {
+        self.node(ino).map(|(n, _)| n.path()).unwrap_or_default()
     }
 
     /// The mount-relative path of `name` in directory `parent`, for log lines.
@@ -258,53 +187,51 @@ impl State {
     }
 
     fn read_only(&self, op: &str, path: String) -> Errno {
-        refuse(op, &TreeError::ReadOnly(path))
+        refuse(op, &TreeError::read_only(path))
     }
 
-    fn list(&self, ino: INodeNo) -> Result<Arc<Vec<Child>>, TreeError> {
-        let node = self.node(ino)?;
-        self.watch(&node);
-        let children = self.tree.list(&node)?;
-        // Subdirectories are watched now, so that their entries (which carry them to the
-        // kernel with readdirplus) may be cached for long: a walk then needs no lookups.
-        for c in children.iter().filter(|c| c.attr.kind == Kind::Dir) {
-            self.watch(&c.node);
-        }
-        Ok(Arc::new(children))
+    /// A handle for `content`; `ENFILE` past [`crate::tree::MAX_OPEN`].
+    fn open_handle(
+        &self,
+        ino: INodeNo,
+        content: Content,
+        passthrough: Option<Arc<fuser::BackingId>>,
+    ) -> Result<u64, TreeError> {
+        self.handles
+            .insert(Handle {
+                content,
+                _passthrough: passthrough,
+            })
+            .ok_or_else(|| TreeError::new(self.path(ino), ErrorKind::TooManyOpen))
     }
 
     /// The listing a `readdir` at `offset` continues: taken afresh at offset 0 and kept
-    /// for the calls that follow, until the end of the directory is read. Directories
-    /// have no handles (see `opendir`), so listings are kept by inode.
-    fn listing(&self, ino: INodeNo, offset: u64) -> Result<Arc<Vec<Child>>, TreeError> {
+    /// for the calls that follow, until the end of the directory is read.
+    fn listing(&self, reader: Reader, offset: u64) -> Result<Arc<Vec<Child>>, TreeError> {
         if offset != 0
-            && let Some(children) = self.listings.lock().get(&ino.0)
+            && let Some(children) = self.listings.lock().get(&reader)
         {
             return Ok(children.clone());
         }
-        let children = self.list(ino)?;
+        let (node, _) = self.node(INodeNo(reader.0))?;
+        let children = Arc::new(self.tree.list(&node)?);
         let mut listings = self.listings.lock();
         if listings.len() >= MAX_LISTINGS {
             listings.clear();
         }
-        listings.insert(ino.0, children.clone());
+        listings.insert(reader, children.clone());
         Ok(children)
-    }
-
-    /// The listing of `ino` was read to its end.
-    fn listed(&self, ino: INodeNo) {
-        self.listings.lock().remove(&ino.0);
     }
 
     /// Feeds one `readdir` reply from `offset` on: `add(next_offset, entry)` returns true
     /// once the reply is full. Offsets: 1 is ".", 2 is "..", 3 + i is the i-th child.
     fn fill(
         &self,
-        ino: INodeNo,
+        reader: Reader,
         offset: u64,
         mut add: impl FnMut(u64, Entry<'_>) -> bool,
     ) -> Result<(), TreeError> {
-        let children = self.listing(ino, offset)?;
+        let children = self.listing(reader, offset)?;
         let end = 2 + children.len() as u64;
         let mut next = offset;
         while next < end {
@@ -320,7 +247,7 @@ impl State {
         }
         // The kernel reads on until a call returns nothing: that call ends the listing.
         if offset >= end {
-            self.listed(ino);
+            self.listings.lock().remove(&reader);
         }
         Ok(())
     }
@@ -352,18 +279,13 @@ impl Filesystem for Fs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         guarded("lookup", || {
-            let found = self.node(parent).and_then(|p| {
-                self.watch(&p);
-                self.tree.lookup(&p, name)
-            });
-            match found {
-                Ok((node, attr)) => {
-                    if attr.kind == Kind::Dir {
-                        self.watch(&node);
-                    }
-                    let ino = self.inodes.lookup(&attr.identity, &node);
-                    let ttl = self.ttl(&node, &attr);
-                    reply.entry(&ttl, &self.fuse_attr(ino, &attr), Generation(0));
+            match self
+                .node(parent)
+                .and_then(|(p, _)| self.tree.lookup(&p, name))
+            {
+                Ok(c) => {
+                    let ino = self.inodes.lookup(&c.attr.identity, &c.node);
+                    reply.entry(&c.ttl, &self.fuse_attr(ino, &c.attr), Generation(0));
                 }
                 Err(e) => reply.error(refuse("lookup", &e)),
             }
@@ -376,37 +298,14 @@ impl Filesystem for Fs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         guarded("getattr", || {
-            // An open backing file answers for itself: `tail -f` polls fstat on its fd,
-            // and a file renamed away under an open fd is still that file.
-            if let Some(h) = fh.and_then(|fh| self.handles.get(fh.0))
-                && let Handle {
-                    content: Content::File(f),
-                    ..
-                } = &*h
-            {
-                match backing::fstat(f) {
-                    Ok(st) => {
-                        let attr = self.tree.backing_attr(&st);
-                        let ttl = self
-                            .node(ino)
-                            .map(|n| self.ttl(&n, &attr))
-                            .unwrap_or(SHORT_TTL);
-                        return reply.attr(&ttl, &self.fuse_attr(ino.0, &attr));
-                    }
-                    Err(e) => {
-                        let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
-                        return reply.error(refuse("getattr", &TreeError::io(path, e)));
-                    }
+            let answer = self.node(ino).and_then(|(node, identity)| {
+                match fh.and_then(|fh| self.handles.get(fh.0)) {
+                    Some(h) => self.tree.stat_open(&node, &identity, &h.content),
+                    None => self.tree.stat(&node, &identity),
                 }
-            }
-            match self.attr(ino) {
-                Ok(attr) => {
-                    let ttl = self
-                        .node(ino)
-                        .map(|n| self.ttl(&n, &attr))
-                        .unwrap_or(SHORT_TTL);
-                    reply.attr(&ttl, &self.fuse_attr(ino.0, &attr))
-                }
+            });
+            match answer {
+                Ok((attr, ttl)) => reply.attr(&ttl, &self.fuse_attr(ino.0, &attr)),
                 Err(e) => reply.error(refuse("getattr", &e)),
             }
         })
@@ -414,7 +313,7 @@ impl Filesystem for Fs {
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         guarded("readlink", || {
-            match self.node(ino).and_then(|n| self.tree.readlink(&n)) {
+            match self.node(ino).and_then(|(n, _)| self.tree.readlink(&n)) {
                 Ok(target) => reply.data(&target),
                 Err(e) => reply.error(refuse("readlink", &e)),
             }
@@ -423,84 +322,17 @@ impl Filesystem for Fs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         guarded("open", || {
-            let node = match self.node(ino) {
-                Ok(n) => n,
-                Err(e) => return reply.error(refuse("open", &e)),
+            let truncate = flags.0 & libc::O_TRUNC != 0;
+            let mode = if flags.acc_mode() != OpenAccMode::O_RDONLY || truncate {
+                OpenMode::Write { truncate }
+            } else {
+                OpenMode::Read
             };
-            if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
-                return match self.tree.open_write(&node, flags.0 & libc::O_TRUNC != 0) {
-                    Ok(content) => {
-                        let Some(fh) = self.handles.insert(Handle {
-                            content,
-                            _passthrough: None,
-                        }) else {
-                            return reply.error(refuse("open", &too_many_open(ino)));
-                        };
-                        reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
-                    }
-                    Err(e) => reply.error(refuse("open for writing", &e)),
-                };
-            }
-            match self.tree.open(&node) {
-                Ok(Content::File(f)) => {
-                    // A path that now names another file must not serve it through this
-                    // inode: the kernel looks the name up again once its entry expires.
-                    let attr = match backing::fstat(&f) {
-                        Ok(st) => self.tree.backing_attr(&st),
-                        Err(e) => {
-                            return reply.error(refuse("open", &TreeError::io(node.path(), e)));
-                        }
-                    };
-                    if Some(&attr.identity) != self.inodes.get(ino.0).map(|(_, id)| id).as_ref() {
-                        return reply.error(refuse("open", &TreeError::NotFound(node.path())));
-                    }
-                    // Pages of a watched record stay cached across opens: every change
-                    // to it is invalidated as it happens.
-                    let keep = if self.ttl(&node, &attr) == WATCHED_TTL {
-                        READ_ONLY | FopenFlags::FOPEN_KEEP_CACHE
-                    } else {
-                        READ_ONLY
-                    };
-                    let id = if self.passthrough.load(Ordering::Relaxed) {
-                        match self.handles.backing_id(ino.0, || reply.open_backing(&f)) {
-                            Ok(id) => Some(id),
-                            Err(e) => {
-                                log::warn!(
-                                    "{}: passthrough refused ({e}); serving reads",
-                                    node.path()
-                                );
-                                None
-                            }
-                        }
-                    } else {
-                        None
-                    };
-                    let Some(fh) = self.handles.insert(Handle {
-                        content: Content::File(f),
-                        _passthrough: id.clone(),
-                    }) else {
-                        return reply.error(refuse("open", &too_many_open(ino)));
-                    };
-                    match id {
-                        Some(id) => reply.opened_passthrough(FileHandle(fh), READ_ONLY, &id),
-                        None => reply.opened(FileHandle(fh), keep),
-                    }
-                }
-                Ok(content) => {
-                    // A draft changes under its own writes; never serve it from the cache.
-                    // Its every close is told to the tree (only the writer's deposits).
-                    let flags = match content {
-                        Content::Draft(_) => FopenFlags::FOPEN_DIRECT_IO,
-                        _ => READ_ONLY,
-                    };
-                    let Some(fh) = self.handles.insert(Handle {
-                        content,
-                        _passthrough: None,
-                    }) else {
-                        return reply.error(refuse("open", &too_many_open(ino)));
-                    };
-                    reply.opened(FileHandle(fh), flags);
-                }
+            let opened = self
+                .node(ino)
+                .and_then(|(node, identity)| self.tree.open(&node, &identity, mode));
+            match opened {
+                Ok(opened) => self.reply_opened(ino, opened, reply),
                 Err(e) => reply.error(refuse("open", &e)),
             }
         })
@@ -521,43 +353,12 @@ impl Filesystem for Fs {
             let Some(h) = self.handles.get(fh.0) else {
                 return reply.error(Errno::EBADF);
             };
-            match &h.content {
-                Content::File(f) => {
-                    let mut buf = vec![0u8; size as usize];
-                    let mut filled = 0;
-                    while filled < buf.len() {
-                        match f.read_at(&mut buf[filled..], offset + filled as u64) {
-                            Ok(0) => break,
-                            Ok(n) => filled += n,
-                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                            Err(e) => {
-                                let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
-                                return reply.error(refuse("read", &TreeError::io(path, e)));
-                            }
-                        }
-                    }
-                    reply.data(&buf[..filled]);
-                }
-                Content::Bytes(b) => {
-                    let start = (offset as usize).min(b.len());
-                    let end = start.saturating_add(size as usize).min(b.len());
-                    reply.data(&b[start..end]);
-                }
-                Content::Draft(d) => {
-                    let st = d.state.lock();
-                    let start = (offset as usize).min(st.buf.len());
-                    let end = start.saturating_add(size as usize).min(st.buf.len());
-                    reply.data(&st.buf[start..end]);
-                }
-                stream @ Content::Stream { .. } => {
-                    match self.tree.read_stream(stream, offset, u64::from(size)) {
-                        Ok(bytes) => reply.data(&bytes),
-                        Err(e) => {
-                            let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
-                            reply.error(refuse("read", &TreeError::Page(path, e)))
-                        }
-                    }
-                }
+            let read = self
+                .node(ino)
+                .and_then(|(node, _)| self.tree.read(&node, &h.content, offset, size));
+            match read {
+                Ok(bytes) => reply.data(&bytes),
+                Err(e) => reply.error(refuse("read", &e)),
             }
         })
     }
@@ -578,7 +379,7 @@ impl Filesystem for Fs {
                     content: Content::Draft(_),
                     ..
                 } = &*h
-                && let Ok(node) = self.node(ino)
+                && let Ok((node, _)) = self.node(ino)
             {
                 self.tree.release(&node);
             }
@@ -598,7 +399,10 @@ impl Filesystem for Fs {
     ) {
         let pid = req.pid();
         guarded("flush", || {
-            match self.node(ino).and_then(|n| self.tree.flush(&n, Some(pid))) {
+            match self
+                .node(ino)
+                .and_then(|(n, _)| self.tree.flush(&n, Some(pid)))
+            {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(refuse("close", &e)),
             }
@@ -620,14 +424,15 @@ impl Filesystem for Fs {
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
         guarded("readdir", || {
-            let filled = self.fill(ino, offset, |next, entry| match entry {
+            let reader = (ino.0, req.pid());
+            let filled = self.fill(reader, offset, |next, entry| match entry {
                 Entry::Dot(name) => reply.add(ino, next, FileType::Directory, name),
                 Entry::Child(c) => {
                     let child = self.inodes.peek_or_insert(&c.attr.identity, &c.node);
@@ -643,7 +448,7 @@ impl Filesystem for Fs {
 
     fn readdirplus(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -663,10 +468,11 @@ impl Filesystem for Fs {
                     mtime: SystemTime::UNIX_EPOCH,
                     ctime: SystemTime::UNIX_EPOCH,
                     atime: SystemTime::UNIX_EPOCH,
-                    identity: crate::tree::Identity::Virtual(Box::new(Node::Root)),
+                    identity: Identity::Virtual(Box::new(Node::Root)),
                 },
             );
-            let filled = self.fill(ino, offset, |next, entry| match entry {
+            let reader = (ino.0, req.pid());
+            let filled = self.fill(reader, offset, |next, entry| match entry {
                 Entry::Dot(name) => {
                     reply.add(ino, next, name, &SHORT_TTL, &dot_attr, Generation(0))
                 }
@@ -675,13 +481,8 @@ impl Filesystem for Fs {
                     // which then counts one); taken back if the reply had no room for it.
                     let child = self.inodes.lookup(&c.attr.identity, &c.node);
                     let attr = self.fuse_attr(child, &c.attr);
-                    // A size not known yet must be asked for at the first stat.
-                    let ttl = if c.size_known {
-                        self.ttl(&c.node, &c.attr)
-                    } else {
-                        Duration::ZERO
-                    };
-                    let full = reply.add(INodeNo(child), next, &c.name, &ttl, &attr, Generation(0));
+                    let full =
+                        reply.add(INodeNo(child), next, &c.name, &c.ttl, &attr, Generation(0));
                     if full {
                         self.inodes.forget(child, 1);
                     }
@@ -715,22 +516,24 @@ impl Filesystem for Fs {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        guarded("access", || match self.attr(ino) {
-            Ok(a) if mask.contains(AccessFlags::W_OK) && a.perm & 0o200 == 0 => {
-                let e = self
-                    .node(ino)
-                    .map(|n| self.tree.refusal(&n))
-                    .unwrap_or_else(|e| e);
-                reply.error(refuse("access for writing", &e))
+        guarded("access", || {
+            let answer = self.node(ino).and_then(|(node, identity)| {
+                let (attr, _) = self.tree.stat(&node, &identity)?;
+                Ok((node, attr))
+            });
+            match answer {
+                Ok((node, a)) if mask.contains(AccessFlags::W_OK) && a.perm & 0o200 == 0 => {
+                    reply.error(refuse("access for writing", &self.tree.refusal(&node)))
+                }
+                Ok(_) => reply.ok(),
+                Err(e) => reply.error(refuse("access", &e)),
             }
-            Ok(_) => reply.ok(),
-            Err(e) => reply.error(refuse("access", &e)),
         })
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         guarded("getxattr", || {
-            let attrs = match self.node(ino).and_then(|n| self.tree.xattrs(&n)) {
+            let attrs = match self.node(ino).and_then(|(n, _)| self.tree.xattrs(&n)) {
                 Ok(a) => a,
                 Err(e) => return reply.error(refuse("getxattr", &e)),
             };
@@ -745,7 +548,7 @@ impl Filesystem for Fs {
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         guarded("listxattr", || {
-            let attrs = match self.node(ino).and_then(|n| self.tree.xattrs(&n)) {
+            let attrs = match self.node(ino).and_then(|(n, _)| self.tree.xattrs(&n)) {
                 Ok(a) => a,
                 Err(e) => return reply.error(refuse("listxattr", &e)),
             };
@@ -764,8 +567,9 @@ impl Filesystem for Fs {
         })
     }
 
-    // Everything below changes the tree, which is read-only: each answers EROFS and
-    // logs the path it refused.
+    // Everything below changes the tree. Only messages in `inbox/<id>/` change (the tree
+    // decides what refuses and with which errno); the rest answers EROFS and logs the
+    // path it refused.
 
     fn setattr(
         &self,
@@ -793,7 +597,7 @@ impl Filesystem for Fs {
                 })
             };
             // Only a draft changes; owners are not kept (a message has no owner to keep).
-            let done = self.node(ino).and_then(|node| {
+            let done = self.node(ino).and_then(|(node, identity)| {
                 if let Some(size) = size {
                     self.tree.set_size(&node, size)?;
                 }
@@ -805,10 +609,10 @@ impl Filesystem for Fs {
                     // chown: accepted on a draft, refused elsewhere.
                     self.tree.set_meta(&node, None, None, None)?;
                 }
-                self.attr(ino)
+                self.tree.stat(&node, &identity)
             });
             match done {
-                Ok(attr) => reply.attr(&SHORT_TTL, &self.fuse_attr(ino.0, &attr)),
+                Ok((attr, _)) => reply.attr(&SHORT_TTL, &self.fuse_attr(ino.0, &attr)),
                 Err(e) => reply.error(refuse("setattr", &e)),
             }
         })
@@ -841,7 +645,10 @@ impl Filesystem for Fs {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         guarded("unlink", || {
-            match self.node(parent).and_then(|p| self.tree.unlink(&p, name)) {
+            match self
+                .node(parent)
+                .and_then(|(p, _)| self.tree.unlink(&p, name))
+            {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(refuse("unlink", &e)),
             }
@@ -874,14 +681,9 @@ impl Filesystem for Fs {
         reply: ReplyEmpty,
     ) {
         guarded("rename", || {
-            if flags.bits() != 0 {
-                // RENAME_EXCHANGE/NOREPLACE/WHITEOUT: not for messages.
-                let e = TreeError::Invalid(self.path_of(parent, name));
-                return reply.error(refuse("rename", &e));
-            }
-            let done = self.node(parent).and_then(|p| {
-                let np = self.node(newparent)?;
-                self.tree.rename(&p, name, &np, newname)
+            let done = self.node(parent).and_then(|(p, _)| {
+                let (np, _) = self.node(newparent)?;
+                self.tree.rename(&p, name, &np, newname, flags.bits())
             });
             match done {
                 Ok(()) => reply.ok(),
@@ -913,33 +715,31 @@ impl Filesystem for Fs {
         reply: ReplyCreate,
     ) {
         guarded("create", || {
-            let made = self
-                .node(parent)
-                .and_then(|p| self.tree.create(&p, name))
-                .and_then(|(node, attr)| {
-                    let content = self.tree.open_write(&node, false)?;
-                    Ok((node, attr, content))
-                });
-            match made {
-                Ok((node, attr, content)) => {
-                    let ino = self.inodes.lookup(&attr.identity, &node);
-                    let Some(fh) = self.handles.insert(Handle {
-                        content,
-                        _passthrough: None,
-                    }) else {
-                        self.inodes.forget(ino, 1);
-                        return reply.error(refuse("create", &too_many_open(INodeNo(ino))));
-                    };
-                    let fattr = self.fuse_attr(ino, &attr);
-                    reply.created(
-                        &SHORT_TTL,
-                        &fattr,
-                        Generation(0),
-                        FileHandle(fh),
-                        FopenFlags::FOPEN_DIRECT_IO,
-                    );
+            let made = self.node(parent).and_then(|(p, _)| {
+                let (node, attr) = self.tree.create(&p, name)?;
+                let opened =
+                    self.tree
+                        .open(&node, &attr.identity, OpenMode::Write { truncate: false })?;
+                Ok((node, attr, opened))
+            });
+            let (node, attr, opened) = match made {
+                Ok(m) => m,
+                Err(e) => return reply.error(refuse("create", &e)),
+            };
+            let ino = self.inodes.lookup(&attr.identity, &node);
+            let flags = open_flags(&opened);
+            match self.open_handle(INodeNo(ino), opened.content, None) {
+                Ok(fh) => reply.created(
+                    &SHORT_TTL,
+                    &self.fuse_attr(ino, &attr),
+                    Generation(0),
+                    FileHandle(fh),
+                    flags,
+                ),
+                Err(e) => {
+                    self.inodes.forget(ino, 1);
+                    reply.error(refuse("create", &e))
                 }
-                Err(e) => reply.error(refuse("create", &e)),
             }
         })
     }
@@ -960,7 +760,7 @@ impl Filesystem for Fs {
         guarded("write", || {
             match self
                 .node(ino)
-                .and_then(|n| self.tree.write(&n, offset, data, pid))
+                .and_then(|(n, _)| self.tree.write(&n, offset, data, pid))
             {
                 Ok(n) => reply.written(n as u32),
                 Err(e) => reply.error(refuse("write", &e)),
@@ -981,15 +781,62 @@ impl Filesystem for Fs {
         match self.node(ino) {
             // A message carries no attributes; saying so (rather than EROFS) lets
             // `cp -p` fall back to plain permissions.
-            Ok(Node::Draft { .. }) => reply.error(Errno::from_i32(libc::ENOTSUP)),
-            Ok(node) => reply.error(self.read_only("setxattr", node.path())),
+            Ok((Node::Draft(_), _)) => reply.error(Errno::from_i32(libc::ENOTSUP)),
+            Ok((node, _)) => reply.error(self.read_only("setxattr", node.path())),
             Err(e) => reply.error(refuse("setxattr", &e)),
         }
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        let path = self.node(ino).map(|n| n.path()).unwrap_or_default();
-        reply.error(self.read_only("removexattr", path));
+        reply.error(self.read_only("removexattr", self.path(ino)));
+    }
+}
+
+/// The kernel's open flags for what the tree decided.
+fn open_flags(o: &Opened) -> FopenFlags {
+    let mut f = FopenFlags::empty();
+    if o.direct_io {
+        f |= FopenFlags::FOPEN_DIRECT_IO;
+    }
+    if o.keep_cache {
+        f |= FopenFlags::FOPEN_KEEP_CACHE;
+    }
+    if o.no_flush {
+        f |= FopenFlags::FOPEN_NOFLUSH;
+    }
+    f
+}
+
+impl State {
+    /// Carries out an open the tree decided: a handle for its content, and passthrough
+    /// when the tree allows it and the kernel offers it.
+    fn reply_opened(&self, ino: INodeNo, opened: Opened, reply: ReplyOpen) {
+        let flags = open_flags(&opened);
+        let mut backing_id = None;
+        if opened.passthrough
+            && self.passthrough.load(Ordering::Relaxed)
+            && let Content::File(f) = &opened.content
+        {
+            match self.handles.backing_id(ino.0, || reply.open_backing(f)) {
+                Ok(id) => backing_id = Some(id),
+                Err(e) => log::warn!(
+                    "{}: passthrough refused ({e}); serving reads",
+                    self.path(ino)
+                ),
+            }
+        }
+        match self.open_handle(ino, opened.content, backing_id.clone()) {
+            Ok(fh) => match backing_id {
+                // The kernel reads the backing file itself: its pages are the file's.
+                Some(id) => reply.opened_passthrough(
+                    FileHandle(fh),
+                    flags - FopenFlags::FOPEN_KEEP_CACHE,
+                    &id,
+                ),
+                None => reply.opened(FileHandle(fh), flags),
+            },
+            Err(e) => reply.error(refuse("open", &e)),
+        }
     }
 }
 
@@ -1014,7 +861,7 @@ pub struct Invalidator {
 
 impl Invalidator {
     pub fn spawn(self, notifier: Notifier) {
-        if self.state.watcher.is_none() {
+        if self.state.tree.watcher().is_none() {
             return;
         }
         let started = std::thread::Builder::new()
@@ -1026,7 +873,7 @@ impl Invalidator {
     }
 
     fn run(self, notifier: Notifier) {
-        let Some(watcher) = self.state.watcher.as_ref() else {
+        let Some(watcher) = self.state.tree.watcher() else {
             return;
         };
         loop {
@@ -1060,21 +907,21 @@ impl Invalidator {
         };
         match change {
             Change::Entry { dir, name, renamed } => {
-                let dir_node = Node::Backing(dir.clone());
+                let dir_node = Node::backing(dir.clone());
                 if renamed && let Some(d) = inodes.ino_of(&dir_node) {
                     quiet(n.inval_entry(INodeNo(d), &name));
                     quiet(n.inval_inode(INodeNo(d), 0, 0));
                 }
-                if let Some(c) = inodes.ino_of(&Node::Backing(dir.join(&name))) {
+                if let Some(c) = inodes.ino_of(&Node::backing(dir.join(&name))) {
                     quiet(n.inval_inode(INodeNo(c), 0, 0));
                 }
             }
             Change::Gone(dir) => {
-                if let Some(d) = inodes.ino_of(&Node::Backing(dir.clone())) {
+                if let Some(d) = inodes.ino_of(&Node::backing(dir.clone())) {
                     quiet(n.inval_inode(INodeNo(d), 0, 0));
                 }
                 if let (Some(parent), Some(name)) = (dir.parent(), dir.file_name())
-                    && let Some(p) = inodes.ino_of(&Node::Backing(parent.to_path_buf()))
+                    && let Some(p) = inodes.ino_of(&Node::backing(parent))
                 {
                     quiet(n.inval_entry(INodeNo(p), name));
                 }
@@ -1085,9 +932,9 @@ impl Invalidator {
                 self.state.tree.refs().invalidate();
                 for (ino, node) in inodes.backing_nodes() {
                     quiet(n.inval_inode(INodeNo(ino), 0, 0));
-                    if let Node::Backing(rel) = &node
-                        && let (Some(parent), Some(name)) = (rel.parent(), rel.file_name())
-                        && let Some(p) = inodes.ino_of(&Node::Backing(parent.to_path_buf()))
+                    if let Node::Backing(b) = &node
+                        && let (Some(parent), Some(name)) = (b.rel().parent(), b.rel().file_name())
+                        && let Some(p) = inodes.ino_of(&Node::backing(parent))
                     {
                         quiet(n.inval_entry(INodeNo(p), name));
                     }

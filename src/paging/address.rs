@@ -249,13 +249,19 @@ impl RecordPath {
     }
 }
 
-impl fmt::Display for RecordPath {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{STEPS_DIR}/{}/{}/{TOOLS_DIR}/{}/{OUTPUT_FILE}",
+impl RecordPath {
+    /// The workspace-relative tool directory that holds the record.
+    pub fn dir(&self) -> String {
+        format!(
+            "{STEPS_DIR}/{}/{}/{TOOLS_DIR}/{}",
             self.agent, self.step, self.tool
         )
+    }
+}
+
+impl fmt::Display for RecordPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{OUTPUT_FILE}", self.dir())
     }
 }
 

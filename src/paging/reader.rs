@@ -26,7 +26,7 @@
 //! litany never rewrites a capture in place; it renames a new file over
 //! it, which gives a new inode.
 
-use super::address::{Address, AddressError, PAGE_BYTES, Stream};
+use super::address::{Address, AddressError, PAGE_BYTES, RecordPath, Stream};
 use super::banner::{banner, next_address};
 use super::scan::{RangeError, RecordIndex, ScanError, StreamIndex, read_range, scan};
 use parking_lot::Mutex;
@@ -150,13 +150,14 @@ impl PageError {
         }
     }
 
-    /// The tool's confinement check: the address must name `caller`.
-    pub fn confine(address: &Address, caller: &str) -> Result<(), PageError> {
-        if address.record.agent() == caller {
+    /// The tool's confinement check, the one home of that boundary: a record (so every
+    /// page and stream of it) may be read only by the agent it belongs to.
+    pub fn confine(record: &RecordPath, caller: &str) -> Result<(), PageError> {
+        if record.agent() == caller {
             Ok(())
         } else {
             Err(PageError::ForeignAgent {
-                theirs: address.record.agent().to_string(),
+                theirs: record.agent().to_string(),
                 ours: caller.to_string(),
             })
         }
@@ -367,11 +368,19 @@ impl Lru {
     }
 }
 
-/// Indexes of recently read captures, within a byte budget.
+/// How many computed pages are remembered (each at most [`PAGE_BYTES`]).
+pub const RECENT_PAGES: usize = 64;
+
+/// A computed page, by its address and the version of the record it came from.
+type RecentPage = ((Address, CaptureKey), Arc<Page>);
+
+/// Indexes of recently read captures, within a byte budget, and the last few pages
+/// computed from them.
 pub struct PageCache {
     budget: usize,
     interval: u64,
     lru: Mutex<Lru>,
+    recent: Mutex<std::collections::VecDeque<RecentPage>>,
 }
 
 impl PageCache {
@@ -388,6 +397,7 @@ impl PageCache {
             budget: max_bytes,
             interval: interval.max(1),
             lru: Mutex::new(Lru::default()),
+            recent: Mutex::new(Default::default()),
         }
     }
 
@@ -512,6 +522,30 @@ impl PageCache {
             bytes,
             len: total,
         })
+    }
+}
+
+impl PageCache {
+    /// [`PageCache::page`], computed once per (address, record version) and remembered
+    /// for the next [`RECENT_PAGES`] requests: a `cat` of a page asks for it at lookup,
+    /// open and getxattr.
+    pub fn recent_page(
+        &self,
+        file: &File,
+        key: CaptureKey,
+        address: &Address,
+    ) -> Result<Arc<Page>, PageError> {
+        let memo_key = (address.clone(), key);
+        if let Some((_, p)) = self.recent.lock().iter().find(|(k, _)| *k == memo_key) {
+            return Ok(p.clone());
+        }
+        let page = Arc::new(self.page(file, key, address)?);
+        let mut recent = self.recent.lock();
+        if recent.len() >= RECENT_PAGES {
+            recent.pop_front();
+        }
+        recent.push_back((memo_key, page.clone()));
+        Ok(page)
     }
 }
 

@@ -1,123 +1,195 @@
-//! Why the tree refused a request: each variant carries the mount-relative path and maps
-//! to exactly one errno, so that the adapter answers and logs every failure the same way.
+//! Why the tree refused a request: the mount-relative path it concerns and what was
+//! refused. Each [`ErrorKind`] maps to exactly one errno and says in words what was
+//! refused, so the adapter answers and logs every failure the same way: one line with
+//! the path and the reason.
 
 use crate::deposit::DepositError;
 use crate::paging::PageError;
 use crate::workspace::refs::GitError;
 
+/// A refusal: what it concerns and why.
 #[derive(Debug)]
-pub enum TreeError {
+pub struct TreeError {
+    /// The mount-relative path (or, before a path is known, what names the node).
+    pub path: String,
+    pub kind: ErrorKind,
+}
+
+/// What was refused, with the errno each kind is answered with.
+#[derive(Debug)]
+pub enum ErrorKind {
     /// Nothing by that name in the view (hidden, absent, or gone). ENOENT.
-    NotFound(String),
+    NotFound,
     /// A path component that is not a directory. ENOTDIR.
-    NotDir(String),
+    NotDir,
     /// A directory where a file was needed. EISDIR.
-    IsDir(String),
+    IsDir,
     /// A symlink opened as a file. ELOOP.
-    Loop(String),
-    /// A request that makes no sense for this node (readlink of a file). EINVAL.
-    Invalid(String),
+    Loop,
+    /// `readlink` of something that is not a symlink. EINVAL.
+    NotSymlink,
+    /// A name no message can have (empty, `.`, `..`, with a `/`). EINVAL.
+    BadName,
+    /// Rename flags (`RENAME_NOREPLACE`, `RENAME_EXCHANGE`, ...) messages do not take.
+    /// EINVAL.
+    RenameFlags,
+    /// A name longer than [`super::NAME_MAX`]. ENAMETOOLONG.
+    NameTooLong,
+    /// A rename out of one inbox into another place. EXDEV.
+    CrossDevice,
     /// The view is read-only here. EROFS.
-    ReadOnly(String),
+    ReadOnly,
     /// A deposited message: immutable. EPERM.
-    Immutable(String),
+    Immutable,
     /// A name that is taken. EEXIST.
-    Exists(String),
-    /// Too many messages are being written at once. ENOSPC.
-    NoSpace(String),
+    Exists,
+    /// Too many messages are being written at once, or they hold too much. ENOSPC.
+    NoSpace,
+    /// Too many files open through the mount. ENFILE.
+    TooManyOpen,
     /// A deposit was refused or failed; its errno is passed on.
-    Deposit(String, DepositError),
+    Deposit(DepositError),
     /// A continuation address that `read_tool_output` would refuse (ENOENT), or a record
     /// that could not be read (EIO); the message is the tool's own.
-    Page(String, PageError),
+    Page(PageError),
     /// A backing-tree call failed; its errno is passed on.
-    Io(String, std::io::Error),
+    Io(std::io::Error),
     /// Git failed to answer. EIO.
-    Git(String, GitError),
+    Git(GitError),
 }
 
 impl TreeError {
+    pub fn new(path: impl Into<String>, kind: ErrorKind) -> Self {
+        Self {
+            path: path.into(),
+            kind,
+        }
+    }
+
+    pub fn not_found(path: impl Into<String>) -> Self {
+        Self::new(path, ErrorKind::NotFound)
+    }
+
+    pub fn read_only(path: impl Into<String>) -> Self {
+        Self::new(path, ErrorKind::ReadOnly)
+    }
+
+    /// A backing-tree failure; ENOENT is the ordinary [`ErrorKind::NotFound`].
     pub fn io(path: impl Into<String>, e: std::io::Error) -> Self {
         match e.raw_os_error() {
-            Some(libc::ENOENT) => Self::NotFound(path.into()),
-            _ => Self::Io(path.into(), e),
+            Some(libc::ENOENT) => Self::not_found(path),
+            _ => Self::new(path, ErrorKind::Io(e)),
         }
     }
 
     pub fn git(path: impl Into<String>, e: GitError) -> Self {
-        Self::Git(path.into(), e)
+        Self::new(path, ErrorKind::Git(e))
     }
 
     pub fn errno(&self) -> i32 {
-        match self {
-            Self::NotFound(_) => libc::ENOENT,
-            Self::NotDir(_) => libc::ENOTDIR,
-            Self::IsDir(_) => libc::EISDIR,
-            Self::Loop(_) => libc::ELOOP,
-            Self::Invalid(_) => libc::EINVAL,
-            Self::ReadOnly(_) => libc::EROFS,
-            Self::Immutable(_) => libc::EPERM,
-            Self::Exists(_) => libc::EEXIST,
-            Self::NoSpace(_) => libc::ENOSPC,
-            Self::Deposit(_, e) => e.errno().unwrap_or(libc::EIO),
-            Self::Page(_, e) => e.errno(),
-            Self::Io(_, e) => e.raw_os_error().unwrap_or(libc::EIO),
-            Self::Git(..) => libc::EIO,
+        match &self.kind {
+            ErrorKind::NotFound => libc::ENOENT,
+            ErrorKind::NotDir => libc::ENOTDIR,
+            ErrorKind::IsDir => libc::EISDIR,
+            ErrorKind::Loop => libc::ELOOP,
+            ErrorKind::NotSymlink | ErrorKind::BadName | ErrorKind::RenameFlags => libc::EINVAL,
+            ErrorKind::NameTooLong => libc::ENAMETOOLONG,
+            ErrorKind::CrossDevice => libc::EXDEV,
+            ErrorKind::ReadOnly => libc::EROFS,
+            ErrorKind::Immutable => libc::EPERM,
+            ErrorKind::Exists => libc::EEXIST,
+            ErrorKind::NoSpace => libc::ENOSPC,
+            ErrorKind::TooManyOpen => libc::ENFILE,
+            ErrorKind::Deposit(e) => e.errno().unwrap_or(libc::EIO),
+            ErrorKind::Page(e) => e.errno(),
+            ErrorKind::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            ErrorKind::Git(_) => libc::EIO,
         }
     }
 
-    pub fn path(&self) -> &str {
-        match self {
-            Self::NotFound(p)
-            | Self::NotDir(p)
-            | Self::IsDir(p)
-            | Self::Loop(p)
-            | Self::Invalid(p)
-            | Self::ReadOnly(p)
-            | Self::Immutable(p)
-            | Self::Exists(p)
-            | Self::NoSpace(p)
-            | Self::Deposit(p, _)
-            | Self::Page(p, _)
-            | Self::Io(p, _)
-            | Self::Git(p, _) => p,
-        }
+    /// Whether this is [`ErrorKind::NotFound`].
+    pub fn is_not_found(&self) -> bool {
+        matches!(self.kind, ErrorKind::NotFound)
     }
 
     /// Whether the failure is ordinary traffic (a shell probing for a file that is not
     /// there) rather than something an operator should see.
     pub fn is_routine(&self) -> bool {
-        matches!(self, Self::NotFound(_))
+        self.is_not_found()
     }
 }
 
 impl std::fmt::Display for TreeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::NotFound(p) => write!(f, "{p}: no such entry in the view"),
-            Self::NotDir(p) => write!(f, "{p}: not a directory"),
-            Self::IsDir(p) => write!(f, "{p}: is a directory"),
-            Self::Loop(p) => write!(f, "{p}: is a symlink"),
-            Self::Invalid(p) => write!(f, "{p}: not a symlink"),
-            Self::ReadOnly(p) => write!(f, "{p}: read-only in this view"),
-            Self::Immutable(p) => write!(
+        let p = &self.path;
+        match &self.kind {
+            ErrorKind::NotFound => write!(f, "{p}: no such entry in the view"),
+            ErrorKind::NotDir => write!(f, "{p}: not a directory"),
+            ErrorKind::IsDir => write!(f, "{p}: is a directory"),
+            ErrorKind::Loop => write!(f, "{p}: is a symlink"),
+            ErrorKind::NotSymlink => write!(f, "{p}: not a symlink"),
+            ErrorKind::BadName => write!(f, "{p}: not a name a message can have"),
+            ErrorKind::RenameFlags => write!(
+                f,
+                "{p}: rename flags (no-replace, exchange, whiteout) do not apply to messages"
+            ),
+            ErrorKind::NameTooLong => write!(f, "{p}: name longer than {} bytes", super::NAME_MAX),
+            ErrorKind::CrossDevice => {
+                write!(f, "{p}: a message can only be renamed within its own inbox")
+            }
+            ErrorKind::ReadOnly => write!(f, "{p}: read-only in this view"),
+            ErrorKind::Immutable => write!(
                 f,
                 "{p}: a deposited message is immutable; to add something, deposit another"
             ),
-            Self::Exists(p) => write!(f, "{p}: exists"),
-            Self::NoSpace(p) => write!(
+            ErrorKind::Exists => write!(f, "{p}: exists"),
+            ErrorKind::NoSpace => write!(
                 f,
                 "{p}: too many messages being written at once (at most {} of them, holding \
                  {} MiB together)",
                 super::drafts::MAX_DRAFTS,
                 super::drafts::DRAFT_BYTES >> 20
             ),
-            Self::Deposit(p, e) => write!(f, "{p}: deposit refused: {e}"),
-            Self::Page(p, e) => write!(f, "{p}: read_tool_output would refuse it: {e}"),
-            Self::Io(p, e) => write!(f, "{p}: {e}"),
-            Self::Git(p, e) => write!(f, "{p}: git: {e}"),
+            ErrorKind::TooManyOpen => write!(
+                f,
+                "{p}: {} files are open through the mount already",
+                super::MAX_OPEN
+            ),
+            ErrorKind::Deposit(e) => write!(f, "{p}: deposit refused: {e}"),
+            ErrorKind::Page(e) => write!(f, "{p}: read_tool_output would refuse it: {e}"),
+            ErrorKind::Io(e) => write!(f, "{p}: {e}"),
+            ErrorKind::Git(e) => write!(f, "{p}: git: {e}"),
         }
     }
 }
 
 impl std::error::Error for TreeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_has_its_errno_and_names_the_path() {
+        let cases = [
+            (ErrorKind::NotFound, libc::ENOENT),
+            (ErrorKind::NotSymlink, libc::EINVAL),
+            (ErrorKind::BadName, libc::EINVAL),
+            (ErrorKind::RenameFlags, libc::EINVAL),
+            (ErrorKind::NameTooLong, libc::ENAMETOOLONG),
+            (ErrorKind::CrossDevice, libc::EXDEV),
+            (ErrorKind::ReadOnly, libc::EROFS),
+            (ErrorKind::Immutable, libc::EPERM),
+            (ErrorKind::TooManyOpen, libc::ENFILE),
+        ];
+        for (kind, errno) in cases {
+            let e = TreeError::new("inbox/a/f", kind);
+            assert_eq!(e.errno(), errno, "{e}");
+            assert!(e.to_string().starts_with("inbox/a/f: "), "{e}");
+        }
+        // A bad name no longer reads as "not a symlink".
+        let e = TreeError::new("inbox/a/x", ErrorKind::RenameFlags);
+        assert!(!e.to_string().contains("symlink"), "{e}");
+        assert!(TreeError::io("x", std::io::Error::from_raw_os_error(libc::ENOENT)).is_not_found());
+    }
+}

@@ -1,8 +1,21 @@
-//! Nodes: the view's names for things, and the top-level layout.
+//! Nodes: what a path under the mount *is*, decided once when the path is resolved and
+//! carried from then on, so no answer has to work out again from path components which
+//! inbox, tool directory or agent a node belongs to.
+//!
+//! Each family of nodes has one home, which answers every operation on it:
+//!
+//! | variant | family | module |
+//! |---|---|---|
+//! | [`Node::Root`] | the mount root | [`super`] |
+//! | [`Node::Backing`] | files and directories under `steps/` and `inbox/` | [`super::backing`] |
+//! | [`Node::Capture`] | pages and whole streams of a tool capture | [`super::capture`] |
+//! | [`Node::Git`] | `agents/`, `marks/`, `names/` | [`super::git`] |
+//! | [`Node::Draft`] | a message being written in `inbox/<id>/` | [`super::inbox`] |
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
+use crate::paging::address::{OUTPUT_FILE, TOOLS_DIR};
 use crate::paging::{Address, RecordPath, Stream};
 use crate::workspace::{AGENTS_DIR, INBOX_DIR, STEPS_DIR};
 
@@ -14,13 +27,147 @@ pub const NAMES_DIR: &str = "names";
 /// The mount root's entries, in listing order.
 pub const TOP_LEVEL: [&str; 5] = [AGENTS_DIR, INBOX_DIR, MARKS_DIR, NAMES_DIR, STEPS_DIR];
 
-/// A node of the view. Backing nodes carry their workspace-relative path; git nodes
-/// carry what names them in the refs.
+/// A node of the view.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Node {
     Root,
-    /// A file or directory under `steps/` or `inbox/`, at this workspace-relative path.
-    Backing(PathBuf),
+    Backing(Backed),
+    Capture(Capture),
+    Git(GitNode),
+    Draft(DraftNode),
+}
+
+/// A file or directory under `steps/` or `inbox/`: its workspace-relative path and what
+/// that path is, parsed once ([`Place::of`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Backed {
+    rel: PathBuf,
+    place: Place,
+}
+
+/// What a backing path is in the workspace's layout.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Place {
+    /// `steps/`.
+    StepsRoot,
+    /// `steps/<id>/...`, at any depth not named below (`None` for a non-UTF-8 id).
+    Steps { agent: Option<String> },
+    /// `steps/<id>/<NNN>/tools/<tool-id>`, when the page grammar takes it as a record.
+    ToolDir(RecordPath),
+    /// `steps/<id>/<NNN>/tools/<tool-id>/output.json` of such a record.
+    Output(RecordPath),
+    /// `inbox/`.
+    InboxRoot,
+    /// `inbox/<id>` (`None` for a non-UTF-8 id, which takes no deposits).
+    Inbox { agent: Option<String> },
+    /// `inbox/<id>/<name>`.
+    InboxEntry { agent: Option<String> },
+    /// Anything deeper under `inbox/`: never part of the view.
+    InboxDeep,
+}
+
+impl Place {
+    /// The place of workspace-relative path `rel` (under `steps/` or `inbox/`).
+    pub fn of(rel: &Path) -> Self {
+        let parts: Vec<&OsStr> = rel.components().map(|c| c.as_os_str()).collect();
+        let text = |s: &OsStr| s.to_str().map(str::to_string);
+        match parts.as_slice() {
+            [top] if *top == INBOX_DIR => Place::InboxRoot,
+            [top, id] if *top == INBOX_DIR => Place::Inbox { agent: text(id) },
+            [top, id, _] if *top == INBOX_DIR => Place::InboxEntry { agent: text(id) },
+            [top, ..] if *top == INBOX_DIR => Place::InboxDeep,
+            [top] if *top == STEPS_DIR => Place::StepsRoot,
+            [top, agent, step, tools, tool] if *top == STEPS_DIR && *tools == TOOLS_DIR => {
+                record(agent, step, tool)
+                    .map(Place::ToolDir)
+                    .unwrap_or_else(|| Place::Steps { agent: text(agent) })
+            }
+            [top, agent, step, tools, tool, out]
+                if *top == STEPS_DIR && *tools == TOOLS_DIR && *out == OUTPUT_FILE =>
+            {
+                record(agent, step, tool)
+                    .map(Place::Output)
+                    .unwrap_or_else(|| Place::Steps { agent: text(agent) })
+            }
+            [_, agent, ..] => Place::Steps { agent: text(agent) },
+            _ => Place::StepsRoot,
+        }
+    }
+
+    /// Whether the place lies under `inbox/`.
+    pub fn in_inbox(&self) -> bool {
+        matches!(
+            self,
+            Place::InboxRoot | Place::Inbox { .. } | Place::InboxEntry { .. } | Place::InboxDeep
+        )
+    }
+
+    /// The agent whose `steps/<id>` or `inbox/<id>` this lies in.
+    pub fn agent(&self) -> Option<&str> {
+        match self {
+            Place::Steps { agent } | Place::Inbox { agent } | Place::InboxEntry { agent } => {
+                agent.as_deref()
+            }
+            Place::ToolDir(r) | Place::Output(r) => Some(r.agent()),
+            Place::StepsRoot | Place::InboxRoot | Place::InboxDeep => None,
+        }
+    }
+}
+
+fn record(agent: &OsStr, step: &OsStr, tool: &OsStr) -> Option<RecordPath> {
+    RecordPath::new(agent.to_str()?, step.to_str()?, tool.to_str()?)
+}
+
+impl Backed {
+    pub fn new(rel: impl Into<PathBuf>) -> Self {
+        let rel = rel.into();
+        let place = Place::of(&rel);
+        Self { rel, place }
+    }
+
+    pub fn rel(&self) -> &Path {
+        &self.rel
+    }
+
+    pub fn place(&self) -> &Place {
+        &self.place
+    }
+
+    /// The entry `name` inside this directory.
+    pub fn join(&self, name: &OsStr) -> Self {
+        Self::new(self.rel.join(name))
+    }
+
+    /// The agent whose inbox directory this is, if it is one.
+    pub fn inbox_agent(&self) -> Option<&str> {
+        match &self.place {
+            Place::Inbox { agent } => agent.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// Derived views of a tool capture: never backing files.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Capture {
+    /// `output.json#<stream>@<offset>`: one page, never listed.
+    Page(Address),
+    /// `stdout`/`stderr` beside an `output.json`: the whole decoded stream.
+    Stream { record: RecordPath, stream: Stream },
+}
+
+impl Capture {
+    pub fn record(&self) -> &RecordPath {
+        match self {
+            Capture::Page(a) => &a.record,
+            Capture::Stream { record, .. } => record,
+        }
+    }
+}
+
+/// Nodes read from the refs and the objects of `repo.git`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum GitNode {
     MarksRoot,
     MarkKind(String),
     Mark {
@@ -35,49 +182,31 @@ pub enum Node {
     },
     NamesRoot,
     Name(String),
-    /// A message being written in `inbox/<agent>/` (see [`super::drafts`]); `name` is
-    /// the name it was created with, for log lines.
-    Draft {
-        agent: String,
-        id: u64,
-        name: std::ffi::OsString,
-    },
-    /// `output.json#<stream>@<offset>`: one page of a tool capture, never listed.
-    Page(Address),
-    /// `stdout`/`stderr` beside an `output.json`: the whole decoded stream.
-    Stream {
-        record: RecordPath,
-        stream: Stream,
-    },
 }
 
-/// The backing areas, each with its own rule for what is shown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Area {
-    Steps,
-    Inbox,
-}
-
-impl Area {
-    /// The area a workspace-relative backing path lies in.
-    pub fn of(rel: &Path) -> Self {
-        if rel.starts_with(INBOX_DIR) {
-            Area::Inbox
-        } else {
-            Area::Steps
-        }
-    }
+/// A message being written in `inbox/<agent>/` (see [`super::drafts`]); `name` is the
+/// name it was created with, for log lines.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DraftNode {
+    pub agent: String,
+    pub id: u64,
+    pub name: OsString,
 }
 
 impl Node {
+    /// A backing node at workspace-relative `rel`.
+    pub fn backing(rel: impl Into<PathBuf>) -> Node {
+        Node::Backing(Backed::new(rel))
+    }
+
     /// The node a top-level name stands for.
     pub fn top(name: &OsStr) -> Option<Node> {
         Some(match name.to_str()? {
-            STEPS_DIR => Node::Backing(STEPS_DIR.into()),
-            INBOX_DIR => Node::Backing(INBOX_DIR.into()),
-            AGENTS_DIR => Node::AgentsRoot,
-            MARKS_DIR => Node::MarksRoot,
-            NAMES_DIR => Node::NamesRoot,
+            STEPS_DIR => Node::backing(STEPS_DIR),
+            INBOX_DIR => Node::backing(INBOX_DIR),
+            AGENTS_DIR => Node::Git(GitNode::AgentsRoot),
+            MARKS_DIR => Node::Git(GitNode::MarksRoot),
+            NAMES_DIR => Node::Git(GitNode::NamesRoot),
             _ => return None,
         })
     }
@@ -86,24 +215,22 @@ impl Node {
     pub fn path(&self) -> String {
         match self {
             Node::Root => ".".into(),
-            Node::Backing(rel) => rel.to_string_lossy().into_owned(),
-            Node::MarksRoot => MARKS_DIR.into(),
-            Node::MarkKind(k) => format!("{MARKS_DIR}/{k}"),
-            Node::Mark { kind, id } => format!("{MARKS_DIR}/{kind}/{id}"),
-            Node::AgentsRoot => AGENTS_DIR.into(),
-            Node::Agent { id, path } if path.is_empty() => format!("{AGENTS_DIR}/{id}"),
-            Node::Agent { id, path } => format!("{AGENTS_DIR}/{id}/{}", path.join("/")),
-            Node::NamesRoot => NAMES_DIR.into(),
-            Node::Name(n) => format!("{NAMES_DIR}/{n}"),
-            Node::Page(address) => address.to_string(),
-            Node::Stream { record, stream } => {
-                let record = record.to_string();
-                let dir = record.rsplit_once('/').map_or("", |(d, _)| d);
-                format!("{dir}/{stream}")
+            Node::Backing(b) => b.rel.to_string_lossy().into_owned(),
+            Node::Git(g) => match g {
+                GitNode::MarksRoot => MARKS_DIR.into(),
+                GitNode::MarkKind(k) => format!("{MARKS_DIR}/{k}"),
+                GitNode::Mark { kind, id } => format!("{MARKS_DIR}/{kind}/{id}"),
+                GitNode::AgentsRoot => AGENTS_DIR.into(),
+                GitNode::Agent { id, path } if path.is_empty() => format!("{AGENTS_DIR}/{id}"),
+                GitNode::Agent { id, path } => format!("{AGENTS_DIR}/{id}/{}", path.join("/")),
+                GitNode::NamesRoot => NAMES_DIR.into(),
+                GitNode::Name(n) => format!("{NAMES_DIR}/{n}"),
+            },
+            Node::Capture(Capture::Page(address)) => address.to_string(),
+            Node::Capture(Capture::Stream { record, stream }) => {
+                format!("{}/{stream}", record.dir())
             }
-            Node::Draft { agent, name, .. } => {
-                format!("{INBOX_DIR}/{agent}/{}", name.to_string_lossy())
-            }
+            Node::Draft(d) => format!("{INBOX_DIR}/{}/{}", d.agent, d.name.to_string_lossy()),
         }
     }
 
@@ -113,5 +240,66 @@ impl Node {
             Node::Root => name.to_string_lossy().into_owned(),
             _ => format!("{}/{}", self.path(), name.to_string_lossy()),
         }
+    }
+
+    /// The agent whose inbox directory this node is, if it is one.
+    pub fn inbox_agent(&self) -> Option<&str> {
+        match self {
+            Node::Backing(b) => b.inbox_agent(),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn places_are_parsed_once_from_the_path() {
+        let cases: [(&str, Place); 9] = [
+            ("steps", Place::StepsRoot),
+            (
+                "steps/a",
+                Place::Steps {
+                    agent: Some("a".into()),
+                },
+            ),
+            (
+                "steps/a/001/request.json",
+                Place::Steps {
+                    agent: Some("a".into()),
+                },
+            ),
+            (
+                "steps/a/001/tools/t1",
+                Place::ToolDir(RecordPath::new("a", "001", "t1").unwrap()),
+            ),
+            (
+                "steps/a/001/tools/t1/output.json",
+                Place::Output(RecordPath::new("a", "001", "t1").unwrap()),
+            ),
+            ("inbox", Place::InboxRoot),
+            (
+                "inbox/a",
+                Place::Inbox {
+                    agent: Some("a".into()),
+                },
+            ),
+            (
+                "inbox/a/user-001.md",
+                Place::InboxEntry {
+                    agent: Some("a".into()),
+                },
+            ),
+            ("inbox/a/x/y", Place::InboxDeep),
+        ];
+        for (rel, place) in cases {
+            assert_eq!(Place::of(Path::new(rel)), place, "{rel}");
+        }
+        assert_eq!(Backed::new("inbox/a").inbox_agent(), Some("a"));
+        assert_eq!(Backed::new("inbox/a/f").inbox_agent(), None);
+        assert!(Place::of(Path::new("inbox/a/f")).in_inbox());
+        assert_eq!(Place::of(Path::new("steps/b/001")).agent(), Some("b"));
     }
 }

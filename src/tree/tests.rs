@@ -37,7 +37,8 @@ fn resolve(tree: &Tree, path: &str) -> Result<(Node, Attr), TreeError> {
     let mut node = Node::Root;
     let mut attr = tree.getattr(&node)?;
     for part in path.split('/').filter(|p| !p.is_empty()) {
-        (node, attr) = tree.lookup(&node, OsStr::new(part))?;
+        let c = tree.lookup(&node, OsStr::new(part))?;
+        (node, attr) = (c.node, c.attr);
     }
     Ok((node, attr))
 }
@@ -52,17 +53,9 @@ fn names(tree: &Tree, path: &str) -> Vec<String> {
 }
 
 fn read(tree: &Tree, path: &str) -> Vec<u8> {
-    let (node, _) = resolve(tree, path).unwrap();
-    match tree.open(&node).unwrap() {
-        Content::Bytes(b) => b.to_vec(),
-        Content::File(mut f) => {
-            let mut v = Vec::new();
-            std::io::Read::read_to_end(&mut f, &mut v).unwrap();
-            v
-        }
-        Content::Draft(d) => d.state.lock().buf.clone(),
-        c @ Content::Stream { .. } => tree.read_stream(&c, 0, u64::MAX).unwrap(),
-    }
+    let (node, attr) = resolve(tree, path).unwrap();
+    let opened = tree.open(&node, &attr.identity, OpenMode::Read).unwrap();
+    tree.read(&node, &opened.content, 0, 1 << 24).unwrap()
 }
 
 #[test]
@@ -74,7 +67,10 @@ fn root_lists_the_workspace_layout() {
     );
     assert!(matches!(
         resolve(&tree, "repo.git"),
-        Err(TreeError::NotFound(_))
+        Err(TreeError {
+            kind: ErrorKind::NotFound,
+            ..
+        })
     ));
 }
 
@@ -112,7 +108,10 @@ fn inbox_shows_only_pending_deposits() {
     assert_eq!(names(&tree, &format!("inbox/{A}")), ["user-001.md"]);
     assert!(matches!(
         resolve(&tree, &format!("inbox/{A}/notes.txt")),
-        Err(TreeError::NotFound(_))
+        Err(TreeError {
+            kind: ErrorKind::NotFound,
+            ..
+        })
     ));
     std::fs::create_dir(f.inbox(A).join("user-009.md")).unwrap();
     assert_eq!(names(&tree, &format!("inbox/{A}")), ["user-001.md"]);
@@ -181,7 +180,10 @@ fn names_link_unique_living_agents() {
     assert!(names(&tree, "names").is_empty());
     assert!(matches!(
         resolve(&tree, "names/Alpha"),
-        Err(TreeError::NotFound(_))
+        Err(TreeError {
+            kind: ErrorKind::NotFound,
+            ..
+        })
     ));
 }
 
@@ -194,18 +196,22 @@ fn hostile_names_are_not_found() {
             "{bad:?}"
         );
         assert!(
-            tree.lookup(&Node::AgentsRoot, OsStr::new(bad)).is_err(),
+            tree.lookup(&Node::Git(GitNode::AgentsRoot), OsStr::new(bad))
+                .is_err(),
             "{bad:?}"
         );
         assert!(
-            tree.lookup(&Node::Backing("steps".into()), OsStr::new(bad))
+            tree.lookup(&Node::backing("steps"), OsStr::new(bad))
                 .is_err(),
             "{bad:?}"
         );
     }
     assert!(matches!(
         resolve(&tree, &format!("marks/cwd/{A}/x")),
-        Err(TreeError::NotDir(_))
+        Err(TreeError {
+            kind: ErrorKind::NotDir,
+            ..
+        })
     ));
 }
 
@@ -237,7 +243,7 @@ fn large_captures_are_listed_without_being_parsed() {
             (
                 c.name.to_string_lossy().into_owned(),
                 c.attr.size,
-                c.size_known,
+                c.ttl != NO_TTL,
             )
         })
         .collect();
@@ -251,7 +257,7 @@ fn large_captures_are_listed_without_being_parsed() {
     let big_streams: Vec<(String, bool)> = listed("big")
         .into_iter()
         .filter(|c| c.name != "output.json")
-        .map(|c| (c.name.to_string_lossy().into_owned(), c.size_known))
+        .map(|c| (c.name.to_string_lossy().into_owned(), c.ttl != NO_TTL))
         .collect();
     assert_eq!(
         big_streams,
@@ -264,7 +270,7 @@ fn large_captures_are_listed_without_being_parsed() {
     let known: Vec<(u64, bool)> = listed("big")
         .into_iter()
         .filter(|c| c.name == "stdout")
-        .map(|c| (c.attr.size, c.size_known))
+        .map(|c| (c.attr.size, c.ttl != NO_TTL))
         .collect();
     assert_eq!(known, [(big.len() as u64, true)]);
     // A large capture that turns out not to parse: listed unread, then not found.

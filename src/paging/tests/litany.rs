@@ -68,7 +68,7 @@ fn answer(cache: &PageCache, ws: &Path, caller: &str, text: &str) -> Answer {
         Ok(a) => a,
         Err(e) => return refuse(e.into()),
     };
-    if let Err(e) = PageError::confine(&address, caller) {
+    if let Err(e) = PageError::confine(&address.record, caller) {
         return refuse(e);
     }
     let path = ws.join(address.record.to_string());

@@ -356,8 +356,8 @@ fn an_index_is_small() {
 #[test]
 fn refusals_print_the_tools_messages() {
     let a = address("stdout", 0);
-    assert!(PageError::confine(&a, "ag").is_ok());
-    let err = PageError::confine(&a, "someone-else").expect_err("foreign");
+    assert!(PageError::confine(&a.record, "ag").is_ok());
+    let err = PageError::confine(&a.record, "someone-else").expect_err("foreign");
     assert_eq!(
         err.to_string(),
         "address names agent \"ag\", and you are \"someone-else\": \

@@ -1,0 +1,172 @@
+//! Backing nodes: the files and directories under `steps/` and `inbox/`, shown as they
+//! are on disk, less what the view hides.
+//!
+//! Guarantees: every backing path is read beneath the workspace root without following
+//! a symlink ([`Backing`](crate::workspace::backing::Backing)); the harness's `*.tmp`
+//! files under `steps/` are never shown; under `inbox/` only what a drain would accept
+//! is shown (`<sender>-<u32>.md` files in agent directories), plus the messages being
+//! written through the mount; and under `--agent ID` no path reaches another agent's step
+//! records or pending deposits.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+use super::node::{Backed, Place};
+use super::{Attr, Child, Content, ErrorKind, INBOX_DIR_PERM, Identity, Kind, Node, Tree};
+use super::{TreeError, system_time};
+use crate::workspace::backing::Stat;
+use crate::workspace::{inbox, steps};
+
+impl Tree {
+    /// Whether the confinement lets `place` be seen: under `steps/` only the agent's own
+    /// directory, under `inbox/` only its own pending deposits (the other inboxes are
+    /// listed, so that it can write to them, but show nothing).
+    pub(super) fn may_see(&self, place: &Place) -> bool {
+        let Some(me) = &self.confined else {
+            return true;
+        };
+        match place {
+            Place::StepsRoot | Place::InboxRoot | Place::Inbox { .. } => true,
+            Place::InboxEntry { agent } | Place::Steps { agent } => {
+                agent.as_deref() == Some(me.as_str())
+            }
+            Place::ToolDir(r) | Place::Output(r) => r.agent() == me,
+            Place::InboxDeep => false,
+        }
+    }
+
+    pub(super) fn backing_getattr(&self, node: &Node, b: &Backed) -> Result<Attr, TreeError> {
+        if !self.may_see(b.place()) {
+            return Err(TreeError::not_found(node.path()));
+        }
+        let st = self
+            .backing
+            .lstat(b.rel())
+            .map_err(|e| TreeError::io(node.path(), e))?;
+        if !shows(b, &st) {
+            return Err(TreeError::not_found(node.path()));
+        }
+        Ok(self.backing_node_attr(b, &st))
+    }
+
+    /// The attributes of backing node `b`: those of its `stat`, with an inbox directory
+    /// writable when the mount takes deposits.
+    fn backing_node_attr(&self, b: &Backed, st: &Stat) -> Attr {
+        let mut attr = self.backing_attr(st);
+        if attr.kind == Kind::Dir
+            && let Some(agent) = b.inbox_agent()
+        {
+            if self.deposits.is_some() {
+                attr.perm = INBOX_DIR_PERM;
+            }
+            // Drafts come and go without touching the backing directory.
+            if let Some(at) = self.drafts.changed_at(agent) {
+                attr.mtime = attr.mtime.max(at);
+            }
+        }
+        attr
+    }
+
+    /// The attributes of a backing file from its `stat`.
+    pub fn backing_attr(&self, st: &Stat) -> Attr {
+        let kind = if st.is_dir() {
+            Kind::Dir
+        } else if st.is_symlink() {
+            Kind::Symlink
+        } else {
+            Kind::File
+        };
+        Attr {
+            kind,
+            size: st.size,
+            perm: kind.perm(),
+            nlink: st.nlink.min(u32::MAX as u64) as u32,
+            mtime: system_time(st.mtime),
+            ctime: system_time(st.ctime),
+            atime: system_time(st.atime),
+            identity: Identity::Backing {
+                dev: st.dev,
+                ino: st.ino,
+            },
+        }
+    }
+
+    /// The node `name` is in backing directory `b`: a capture's page or stream in a tool
+    /// directory, a message being written in an inbox, or another backing node.
+    pub(super) fn backing_child(
+        &self,
+        parent: &Node,
+        b: &Backed,
+        name: &OsStr,
+    ) -> Result<Node, TreeError> {
+        if let Place::ToolDir(record) = b.place()
+            && let Some(node) = super::capture::child(parent, record, name)?
+        {
+            return Ok(node);
+        }
+        if let Some(agent) = b.inbox_agent()
+            && let Some(node) = self.draft_child(b, agent, name)
+        {
+            return Ok(node);
+        }
+        Ok(Node::Backing(b.join(name)))
+    }
+
+    pub(super) fn backing_list(&self, node: &Node, b: &Backed) -> Result<Vec<Child>, TreeError> {
+        let entries = self
+            .backing
+            .list(b.rel())
+            .map_err(|e| TreeError::io(node.path(), e))?;
+        let mut entries: Vec<_> = entries
+            .into_iter()
+            .map(|(name, st)| (b.join(&name), name, st))
+            .filter(|(child, _, st)| shows(child, st) && self.may_see(child.place()))
+            .collect();
+        entries.sort_by(|a, b| a.1.cmp(&b.1));
+        let mut out = Vec::with_capacity(entries.len());
+        for (child, name, st) in entries {
+            let attr = self.backing_node_attr(&child, &st);
+            out.push(Child::new(name, Node::Backing(child), attr));
+        }
+        if let Place::ToolDir(record) = b.place()
+            && out
+                .iter()
+                .any(|c| c.name == crate::paging::address::OUTPUT_FILE)
+        {
+            self.push_streams(&mut out, record);
+        }
+        if let Some(agent) = b.inbox_agent() {
+            self.push_drafts(&mut out, agent);
+        }
+        Ok(out)
+    }
+
+    pub(super) fn backing_open(&self, node: &Node, b: &Backed) -> Result<Content, TreeError> {
+        if self.backing_getattr(node, b)?.kind != Kind::File {
+            return Err(TreeError::new(node.path(), ErrorKind::IsDir));
+        }
+        let f = self
+            .backing
+            .open_file(b.rel())
+            .map_err(|e| TreeError::io(node.path(), e))?;
+        Ok(Content::File(f))
+    }
+}
+
+/// Whether backing entry `b` is part of the view.
+fn shows(b: &Backed, st: &Stat) -> bool {
+    let Some(name) = b.rel().file_name() else {
+        return true;
+    };
+    match b.place() {
+        Place::StepsRoot | Place::InboxRoot => true,
+        Place::Steps { .. } | Place::ToolDir(_) | Place::Output(_) => {
+            !steps::is_harness_temp(name.as_bytes())
+        }
+        Place::Inbox { .. } => st.is_dir() && !name.as_bytes().starts_with(b"."),
+        Place::InboxEntry { .. } => {
+            st.is_file() && name.to_str().and_then(inbox::pending_sender).is_some()
+        }
+        Place::InboxDeep => false,
+    }
+}
