@@ -4,10 +4,30 @@
 //! knows about FUSE; it asks [`tree`] what a path is and what it holds; the tree asks
 //! [`workspace`] (paths, ids, refs, marks), [`paging`] (continuation addresses) and
 //! [`deposit`] (the inbox write path). Everything but [`fs`] and [`mount`] is plain Rust,
-//! unit-tested without a mount.
+//! unit-tested without a mount: the tree decides what every entry is, how long the kernel
+//! may keep it and how an open is served; the adapter only numbers inodes and handles
+//! and turns those answers into replies.
+//!
+//! # Threads
+//!
+//! Every thread the daemon runs, what wakes it, and what it may block on. None of them
+//! holds an fd on an `inbox/<id>` directory or takes an executor lock.
+//!
+//! | thread | started in | woken by | may block on |
+//! |---|---|---|---|
+//! | FUSE request threads (`--threads`) | [`mount`] (fuser's session) | a request on `/dev/fuse` | the backing filesystem, git, a deposit's publish |
+//! | `invalidate` | [`fs::Invalidator`] | inotify events on watched backing dirs and refs ([`watch`]) | the kernel's invalidation calls |
+//! | `signals` | [`mount`] | SIGINT, SIGTERM, SIGHUP (`sigwait`) | unmounting |
+//! | `ready` | [`mount`] | the mount answering, once, then exits | `stat` of the mount point |
+//! | `litanyfs-guard` | [`deposit::guard`] | inotify on inboxes it published into; a kick per publish; a 500 ms tick | re-depositing a message a `litany message` replaced |
+//! | `litanyfs-spares` | [`deposit::spare`] | a spare unnamed file taken | creating an `O_TMPFILE` in `inbox/` |
+//! | `litanyfs-wake` | [`deposit::wake`] | a deposit that asks for a wake | reading `/proc/locks`, spawning `litany advance` |
+//! | `litanyfs-reap` | [`deposit::wake`] | a launched driver exiting (one per launch) | `waitpid` of that driver |
 
+#[doc(hidden)]
 pub mod demo;
 pub mod deposit;
+#[doc(hidden)]
 pub mod fixture;
 pub mod fs;
 pub mod inotify;

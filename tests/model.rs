@@ -30,7 +30,8 @@
 //!
 //! `LITANYFS_MODEL_SEED=<u64>` and `LITANYFS_MODEL_STEPS=<n>` replay or lengthen a run;
 //! the seed is printed at the start and in every failure. `LITANYFS_MODEL_KNOWN_BUGS=1`
-//! also generates the cases of the ignored tests at the end (bugs found by this model).
+//! also generates the cases of the regression tests at the end (bugs this model found,
+//! since fixed), and holds every inode number from the first read.
 
 mod common;
 
@@ -54,7 +55,7 @@ const LIVE: Duration = Duration::from_secs(2);
 const SWEEP_EVERY: usize = 50;
 /// How long a file must have been left alone before its inode number is held to: the
 /// mount applies inotify events asynchronously, and an event it applies after a read
-/// re-numbers the file that read saw (see the ignored tests at the end).
+/// re-numbers the file that read saw (see the regression tests at the end).
 /// `LITANYFS_MODEL_KNOWN_BUGS=1` holds every number from the first read.
 const SETTLE: Duration = Duration::from_secs(1);
 
@@ -1804,9 +1805,8 @@ fn the_mount_agrees_with_the_model() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Bugs the model found, each pinned down on its own. They are ignored so that the suite
-// stays green until they are fixed; `cargo test --test model -- --ignored` runs them, and
-// `LITANYFS_MODEL_KNOWN_BUGS=1` makes the model run generate them again.
+// Bugs the model found, each pinned down on its own; all are fixed and run with the
+// suite. `LITANYFS_MODEL_KNOWN_BUGS=1` makes the model run generate their cases again.
 // ---------------------------------------------------------------------------------------
 
 const AGENT: &str = "20261202T094226Z-0122ccc2";

@@ -18,8 +18,8 @@
 //!   as the buffer would pass the limit.
 //! - `flush` (each `close(2)`): if the buffer holds bytes not yet deposited, call
 //!   [`Depositor::deposit`] and answer with its errno, so the writer's `close` reports the
-//!   failure; [`DepositError::Empty`] is success. Empty the buffer: a later write on
-//!   the same handle (a dup'd fd) starts a new message.
+//!   failure; [`DepositError::Empty`] is success. The message is then immutable: a later
+//!   write on the same handle (a dup'd fd) is refused with `EPERM`.
 //! - `release`: deposit only if no flush did (errors can only be logged here), then drop
 //!   the buffer.
 //!
