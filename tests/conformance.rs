@@ -39,6 +39,35 @@ fn find_files(root: &Path) -> BTreeSet<PathBuf> {
         .collect()
 }
 
+/// Whether `rel` (under `steps/`) is a name the mount derives rather than a record: the
+/// decoded streams beside an `output.json`, and an agent's `latest` link, which must
+/// point at its highest-numbered step directory on disk.
+fn derived(backing: &Path, mount: &Path, rel: &Path) -> bool {
+    if rel.ends_with("stdout") || rel.ends_with("stderr") {
+        return backing.join(rel.with_file_name("output.json")).exists();
+    }
+    if rel.file_name().is_some_and(|n| n == litanyfs::tree::LATEST) && rel.components().count() == 2
+    {
+        let agent = backing.join(rel.parent().unwrap());
+        let highest = std::fs::read_dir(&agent)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter_map(|n| Some((n.parse::<u64>().ok()?, n)))
+            .max()
+            .map(|(_, n)| n);
+        let link = std::fs::read_link(mount.join(rel)).unwrap();
+        assert_eq!(
+            Some(link.to_string_lossy().into_owned()),
+            highest,
+            "{rel:?}"
+        );
+        return true;
+    }
+    false
+}
+
 #[test]
 fn step_records_match_the_disk_under_cmp_stat_and_find() {
     let Some(r) = real() else { return };
@@ -48,13 +77,11 @@ fn step_records_match_the_disk_under_cmp_stat_and_find() {
         .into_iter()
         .filter(|p| !p.to_string_lossy().ends_with(".tmp"))
         .collect();
-    // Beside each output.json the mount adds its decoded streams (tests/pages.rs).
+    // Beside each output.json the mount adds its decoded streams (tests/pages.rs), and
+    // in each agent's directory a `latest` link.
     let got: BTreeSet<PathBuf> = find_files(&m.path("steps"))
         .into_iter()
-        .filter(|p| {
-            !(p.ends_with("stdout") || p.ends_with("stderr"))
-                || !backing.join(p.with_file_name("output.json")).exists()
-        })
+        .filter(|p| !derived(&backing, &m.path("steps"), p))
         .collect();
     assert_eq!(got, want);
     assert!(want.iter().any(|p| p.ends_with("driver.log")), "{want:?}");
@@ -248,7 +275,7 @@ fn a_step_the_harness_runs_shows_up_live_and_tail_follows_its_response() {
                 .unwrap()
                 .filter_map(|e| e.ok())
                 .map(|e| e.file_name().into_string().unwrap())
-                .find(|n| !before.contains(n))
+                .find(|n| !before.contains(n) && n.bytes().all(|b| b.is_ascii_digit()))
                 .map(|n| steps.join(n).join("response.json"))
                 .filter(|p| p.exists());
             response.is_some()
@@ -300,7 +327,10 @@ fn a_step_the_harness_runs_shows_up_live_and_tail_follows_its_response() {
         .into_iter()
         .filter(|p| !p.to_string_lossy().ends_with(".tmp"))
         .collect();
-    let records_only = |p: &PathBuf| !(p.ends_with("stdout") || p.ends_with("stderr"));
+    let records_only = |p: &PathBuf| {
+        !(p.ends_with("stdout") || p.ends_with("stderr"))
+            && p.file_name().is_none_or(|n| n != litanyfs::tree::LATEST)
+    };
     assert!(eventually(Duration::from_secs(3), || find_files(&steps)
         .into_iter()
         .filter(records_only)

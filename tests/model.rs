@@ -350,6 +350,21 @@ impl Model {
                 }
             }
         }
+        // steps/<id>/latest: a link to the highest-numbered step directory.
+        for dir in self.dirs_at("steps/", 2) {
+            if self.backing.contains_key(&format!("{dir}/latest")) {
+                continue;
+            }
+            let latest = self
+                .names_in(&dir)
+                .into_iter()
+                .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                .filter(|n| matches!(self.backing.get(&format!("{dir}/{n}")), Some(Backing::Dir)))
+                .max_by_key(|n| n.parse::<u64>().unwrap_or(0));
+            if let Some(step) = latest {
+                add_leaf(&mut v, &format!("{dir}/latest"), Want::Link(step));
+            }
+        }
         for (id, agent) in &self.agents {
             add_dir(&mut v, &format!("agents/{id}"));
             for (path, (bytes, mode)) in &agent.files {

@@ -166,12 +166,21 @@ fn root_mirrors_the_workspace_and_steps_match_the_disk() {
         .filter(|p| !p.to_string_lossy().ends_with(".tmp"))
         .collect();
     want.sort();
-    // Beside each output.json the mount adds its decoded streams (tests/pages.rs).
+    // Beside each output.json the mount adds its decoded streams (tests/pages.rs), and in
+    // each agent's directory a `latest` link to its highest-numbered step.
     let got: Vec<PathBuf> = files_under(&m.path("steps"))
         .into_iter()
         .filter(|p| !(p.ends_with("stdout") || p.ends_with("stderr")))
+        .filter(|p| !p.ends_with("latest"))
         .collect();
     assert_eq!(got, want);
+    let latest = m.path(&format!("steps/{A}/latest"));
+    assert_eq!(std::fs::read_link(&latest).unwrap(), Path::new("001"));
+    assert_eq!(
+        std::fs::read(latest.join("request.json")).unwrap(),
+        std::fs::read(backing.join(format!("{A}/001/request.json"))).unwrap(),
+        "latest/ reads the step it points at"
+    );
     for rel in &want {
         let (real, seen) = (backing.join(rel), m.path("steps").join(rel));
         assert_eq!(

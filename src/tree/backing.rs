@@ -30,6 +30,7 @@ impl Tree {
             Place::InboxEntry { agent } | Place::Steps { agent } => {
                 agent.as_deref() == Some(me.as_str())
             }
+            Place::AgentSteps { agent } => agent == me,
             Place::ToolDir(r) | Place::Output(r) => r.agent() == me,
             Place::InboxDeep => false,
         }
@@ -109,6 +110,11 @@ impl Tree {
         {
             return Ok(node);
         }
+        if let Place::AgentSteps { agent } = b.place()
+            && let Some(view) = super::records::child(agent, name)
+        {
+            return Ok(Node::Record(view));
+        }
         Ok(Node::Backing(b.join(name)))
     }
 
@@ -138,6 +144,9 @@ impl Tree {
         if let Some(agent) = b.inbox_agent() {
             self.push_drafts(&mut out, agent);
         }
+        if let Place::AgentSteps { agent } = b.place() {
+            self.push_record_views(&mut out, agent);
+        }
         Ok(out)
     }
 
@@ -160,7 +169,7 @@ fn shows(b: &Backed, st: &Stat) -> bool {
     };
     match b.place() {
         Place::StepsRoot | Place::InboxRoot => true,
-        Place::Steps { .. } | Place::ToolDir(_) | Place::Output(_) => {
+        Place::AgentSteps { .. } | Place::Steps { .. } | Place::ToolDir(_) | Place::Output(_) => {
             !steps::is_harness_temp(name.as_bytes())
         }
         Place::Inbox { .. } => st.is_dir() && !name.as_bytes().starts_with(b"."),

@@ -12,6 +12,7 @@
 //! | `.../tools/<t>/output.json#...`, `stdout`, `stderr` | [`capture`] | pages and whole streams |
 //! | `inbox/<id>/` | [`backing`], [`inbox`] | pending deposits, and messages being written |
 //! | `agents/<id>/...`, `marks/<kind>/<id>`, `names/<Name>` | [`git`] | branches, marks, names |
+//! | `steps/<id>/latest` | [`records`] | views of an agent's records |
 //!
 //! A path is parsed once into a typed [`Node`] (see [`node`]); each family's module
 //! answers every operation on its nodes, and this module only dispatches. Content is
@@ -26,9 +27,11 @@ mod error;
 mod git;
 mod inbox;
 mod node;
+mod records;
 
 pub use error::{ErrorKind, TreeError};
-pub use node::{Backed, Capture, DraftNode, GitNode, Node, Place, TOP_LEVEL};
+pub use node::{Backed, Capture, DraftNode, GitNode, Node, Place, RecordView, TOP_LEVEL};
+pub use records::LATEST;
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -351,6 +354,7 @@ impl Tree {
             Node::Capture(c) => self.capture_attr(node, c),
             Node::Git(g) => self.git_attr_in(&*self.snapshot()?, node, g),
             Node::Draft(d) => self.draft_attr(node, d),
+            Node::Record(v) => self.record_attr(node, v),
         }
     }
 
@@ -461,7 +465,7 @@ impl Tree {
             Node::Root => Node::top(name).ok_or_else(|| TreeError::not_found(parent.join(name))),
             Node::Backing(b) => self.backing_child(parent, b, name),
             Node::Git(g) => git::child(parent, g, name),
-            Node::Capture(_) | Node::Draft(_) => {
+            Node::Capture(_) | Node::Draft(_) | Node::Record(_) => {
                 Err(TreeError::new(parent.path(), ErrorKind::NotDir))
             }
         }
@@ -491,7 +495,7 @@ impl Tree {
             Node::Root => self.list_root(),
             Node::Backing(b) => self.backing_list(node, b),
             Node::Git(g) => self.git_list(node, g),
-            Node::Capture(_) | Node::Draft(_) => {
+            Node::Capture(_) | Node::Draft(_) | Node::Record(_) => {
                 Err(TreeError::new(node.path(), ErrorKind::NotDir))
             }
         }
@@ -568,6 +572,7 @@ impl Tree {
             Node::Capture(c) => self.capture_open(node, c),
             Node::Git(g) => self.git_open(node, g),
             Node::Draft(d) => self.draft(node, d).map(Content::Draft),
+            Node::Record(v) => self.record_open(node, v),
         }
     }
 
@@ -606,6 +611,7 @@ impl Tree {
                 .readlink(b.rel())
                 .map_err(|e| TreeError::io(node.path(), e)),
             Node::Git(g) => self.git_readlink(node, g),
+            Node::Record(v) => self.record_readlink(node, v),
             _ => Err(TreeError::new(node.path(), ErrorKind::NotSymlink)),
         }
     }

@@ -11,6 +11,7 @@
 //! | [`Node::Capture`] | pages and whole streams of a tool capture | [`super::capture`] |
 //! | [`Node::Git`] | `agents/`, `marks/`, `names/` | [`super::git`] |
 //! | [`Node::Draft`] | a message being written in `inbox/<id>/` | [`super::inbox`] |
+//! | [`Node::Record`] | readable views of an agent's records (`steps/<id>/latest`) | [`super::records`] |
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -35,6 +36,24 @@ pub enum Node {
     Capture(Capture),
     Git(GitNode),
     Draft(DraftNode),
+    Record(RecordView),
+}
+
+/// Views derived from an agent's step records, under `steps/<id>/`, where litany writes
+/// only numbered step directories and `driver.log` (CONTRACT §4.1), so no name here can
+/// collide with a record.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RecordView {
+    /// `steps/<id>/latest`: a symlink to the highest-numbered step directory.
+    Latest { agent: String },
+}
+
+impl RecordView {
+    pub fn agent(&self) -> &str {
+        match self {
+            RecordView::Latest { agent } => agent,
+        }
+    }
 }
 
 /// A file or directory under `steps/` or `inbox/`: its workspace-relative path and what
@@ -50,7 +69,9 @@ pub struct Backed {
 pub enum Place {
     /// `steps/`.
     StepsRoot,
-    /// `steps/<id>/...`, at any depth not named below (`None` for a non-UTF-8 id).
+    /// `steps/<id>`: an agent's step directories and `driver.log`.
+    AgentSteps { agent: String },
+    /// `steps/<id>/...`, at any depth not named here (`None` for a non-UTF-8 id).
     Steps { agent: Option<String> },
     /// `steps/<id>/<NNN>/tools/<tool-id>`, when the page grammar takes it as a record.
     ToolDir(RecordPath),
@@ -77,6 +98,12 @@ impl Place {
             [top, id, _] if *top == INBOX_DIR => Place::InboxEntry { agent: text(id) },
             [top, ..] if *top == INBOX_DIR => Place::InboxDeep,
             [top] if *top == STEPS_DIR => Place::StepsRoot,
+            [top, agent] if *top == STEPS_DIR => match agent.to_str() {
+                Some(agent) => Place::AgentSteps {
+                    agent: agent.to_string(),
+                },
+                None => Place::Steps { agent: None },
+            },
             [top, agent, step, tools, tool] if *top == STEPS_DIR && *tools == TOOLS_DIR => {
                 record(agent, step, tool)
                     .map(Place::ToolDir)
@@ -108,6 +135,7 @@ impl Place {
             Place::Steps { agent } | Place::Inbox { agent } | Place::InboxEntry { agent } => {
                 agent.as_deref()
             }
+            Place::AgentSteps { agent } => Some(agent),
             Place::ToolDir(r) | Place::Output(r) => Some(r.agent()),
             Place::StepsRoot | Place::InboxRoot | Place::InboxDeep => None,
         }
@@ -231,6 +259,9 @@ impl Node {
                 format!("{}/{stream}", record.dir())
             }
             Node::Draft(d) => format!("{INBOX_DIR}/{}/{}", d.agent, d.name.to_string_lossy()),
+            Node::Record(RecordView::Latest { agent }) => {
+                format!("{STEPS_DIR}/{agent}/{}", super::records::LATEST)
+            }
         }
     }
 
@@ -259,12 +290,7 @@ mod tests {
     fn places_are_parsed_once_from_the_path() {
         let cases: [(&str, Place); 9] = [
             ("steps", Place::StepsRoot),
-            (
-                "steps/a",
-                Place::Steps {
-                    agent: Some("a".into()),
-                },
-            ),
+            ("steps/a", Place::AgentSteps { agent: "a".into() }),
             (
                 "steps/a/001/request.json",
                 Place::Steps {
@@ -297,6 +323,12 @@ mod tests {
         for (rel, place) in cases {
             assert_eq!(Place::of(Path::new(rel)), place, "{rel}");
         }
+        assert_eq!(
+            Place::of(Path::new("steps/a/001")),
+            Place::Steps {
+                agent: Some("a".into())
+            }
+        );
         assert_eq!(Backed::new("inbox/a").inbox_agent(), Some("a"));
         assert_eq!(Backed::new("inbox/a/f").inbox_agent(), None);
         assert!(Place::of(Path::new("inbox/a/f")).in_inbox());

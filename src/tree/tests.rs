@@ -286,3 +286,30 @@ fn large_captures_are_listed_without_being_parsed() {
     let e = resolve(&tree, &format!("{broken_dir}/stdout")).unwrap_err();
     assert_eq!(e.errno(), libc::ENOENT, "{e}");
 }
+
+#[test]
+fn latest_links_to_the_highest_numbered_step_and_moves() {
+    let (_t, f, tree) = setup(Flavour::Litany);
+    assert_eq!(names(&tree, &format!("steps/{A}")), ["001", "latest"]);
+    let (node, attr) = resolve(&tree, &format!("steps/{A}/latest")).unwrap();
+    assert_eq!((attr.kind, attr.size), (Kind::Symlink, 3));
+    assert_eq!(tree.readlink(&node).unwrap(), b"001");
+    // Numbers, not names, decide: 10 is after 9, and files do not count.
+    f.step(A, 9, &[("request.json", b"{}")]).unwrap();
+    f.step(A, 10, &[("request.json", b"{}")]).unwrap();
+    std::fs::write(f.root().join(format!("steps/{A}/999")), b"not a step").unwrap();
+    assert_eq!(tree.readlink(&node).unwrap(), b"010");
+    // An agent with no step directory has no latest; another agent's is hidden when
+    // the view is confined.
+    std::fs::create_dir_all(f.root().join(format!("steps/{B}"))).unwrap();
+    assert!(resolve(&tree, &format!("steps/{B}/latest")).is_err());
+    let confined = Tree::new(Workspace::open(f.root()).unwrap())
+        .unwrap()
+        .confined_to(B);
+    let theirs = Node::Record(RecordView::Latest { agent: A.into() });
+    assert!(confined.getattr(&theirs).is_err());
+    assert!(confined.readlink(&theirs).is_err());
+    // Opening the link itself as a file is ELOOP.
+    let e = tree.open_content(&node).unwrap_err();
+    assert_eq!(e.errno(), libc::ELOOP);
+}

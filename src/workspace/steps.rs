@@ -8,6 +8,14 @@ pub const DRIVER_LOG: &str = "driver.log";
 /// `input.json.tmp`, `*-mark.<pid>.tmp`). A `.tmp` file is never a finished record.
 pub const HARNESS_TEMP_SUFFIX: &str = ".tmp";
 
+/// The number of a step directory's name (`007` is 7), if it is one: digits only.
+pub fn step_number(name: &[u8]) -> Option<u64> {
+    if name.is_empty() || !name.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(name).ok()?.parse().ok()
+}
+
 /// True for a name under `steps/` that the view hides: the harness's temp files.
 pub fn is_harness_temp(name: &[u8]) -> bool {
     name.ends_with(HARNESS_TEMP_SUFFIX.as_bytes())
@@ -24,5 +32,14 @@ mod tests {
         assert!(!is_harness_temp(b"output.json"));
         assert!(!is_harness_temp(b"tmp"));
         assert!(!is_harness_temp(b"x.tmp.json"));
+    }
+
+    #[test]
+    fn step_numbers() {
+        assert_eq!(step_number(b"007"), Some(7));
+        assert_eq!(step_number(b"1000"), Some(1000));
+        assert_eq!(step_number(b"driver.log"), None);
+        assert_eq!(step_number(b""), None);
+        assert_eq!(step_number(b"-1"), None);
     }
 }
