@@ -43,43 +43,8 @@ enum Cmd {
         workspace: PathBuf,
         /// An existing, empty directory.
         mountpoint: PathBuf,
-        /// Stay attached and log to stderr instead of running as a daemon.
-        #[arg(long)]
-        foreground: bool,
-        /// Where the daemon logs (default: $XDG_STATE_HOME/litanyfs/<mountpoint>.log).
-        #[arg(long)]
-        log_file: Option<PathBuf>,
-        /// Threads serving requests.
-        #[arg(long, default_value_t = litanyfs::mount::DEFAULT_THREADS)]
-        threads: usize,
-        /// Who messages deposited through the mount are from: `user`, or an agent id.
-        #[arg(long, default_value = litanyfs::workspace::inbox::USER_SENDER)]
-        sender: String,
-        /// The largest message a deposit accepts, in bytes (EFBIG past it).
-        #[arg(long, default_value_t = litanyfs::deposit::DEFAULT_MAX_MESSAGE_BYTES)]
-        max_message_bytes: usize,
-        /// The litany binary that wakes an agent after a deposit (default: `litany` on PATH).
-        #[arg(long)]
-        harness: Option<PathBuf>,
-        /// Deposit without waking the agent; `litany scan` picks deposits up later.
-        #[arg(long)]
-        no_wake: bool,
-        /// Refuse deposits too: every change answers EROFS.
-        #[arg(long)]
-        read_only: bool,
-        /// The bound of the cache of parsed tool captures, in bytes.
-        #[arg(long, default_value_t = litanyfs::tree::DEFAULT_PAGE_CACHE_BYTES)]
-        cache_bytes: usize,
-        /// Show only what agent ID may see (its own step records and pending deposits),
-        /// and stamp every deposit `from: ID`. The view a sandboxed agent gets.
-        #[arg(long, value_name = "ID")]
-        agent: Option<String>,
-        /// Let other users use the mount; the kernel then enforces the modes shown.
-        #[arg(long)]
-        allow_other: bool,
-        /// Unmount automatically when the daemon dies, however it dies (via fusermount3).
-        #[arg(long)]
-        auto_unmount: bool,
+        #[command(flatten)]
+        opts: MountOptions,
     },
     /// Unmount a litanyfs mount; its daemon then exits.
     Unmount { mountpoint: PathBuf },
@@ -102,47 +67,20 @@ fn main() -> ExitCode {
         Cmd::Mount {
             workspace,
             mountpoint,
-            foreground,
-            log_file,
-            threads,
-            sender,
-            max_message_bytes,
-            harness,
-            no_wake,
-            read_only,
-            cache_bytes,
-            agent,
-            allow_other,
-            auto_unmount,
-        } => {
-            let opts = MountOptions {
-                foreground,
-                log_file,
-                threads,
-                sender,
-                max_message_bytes,
-                harness,
-                wake: !no_wake,
-                read_only,
-                cache_bytes,
-                agent,
-                allow_other,
-                auto_unmount,
-            };
-            if foreground {
-                mount::run(&workspace, &mountpoint, &opts)
-            } else {
-                mount::spawn_daemon(&workspace, &mountpoint, &opts).map(|log| {
-                    eprintln!(
-                        "litanyfs: mounted {} at {} (log: {})",
-                        workspace.display(),
-                        mountpoint.display(),
-                        log.display()
-                    );
-                })
-            }
-            .map_err(|e| e.to_string())
+            opts,
+        } => if opts.foreground {
+            mount::run(&workspace, &mountpoint, &opts)
+        } else {
+            mount::spawn_daemon(&workspace, &mountpoint, &opts).map(|log| {
+                eprintln!(
+                    "litanyfs: mounted {} at {} (log: {})",
+                    workspace.display(),
+                    mountpoint.display(),
+                    log.display()
+                );
+            })
         }
+        .map_err(|e| e.to_string()),
         Cmd::Unmount { mountpoint } => mount::unmount(&mountpoint).map_err(|e| e.to_string()),
         Cmd::Demo { dir } => demo(&dir),
     };
@@ -167,18 +105,8 @@ fn demo(dir: &std::path::Path) -> Result<(), String> {
     std::fs::create_dir_all(&mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
     litanyfs::demo::build(&ws).map_err(|e| format!("building the sample workspace: {e}"))?;
     let opts = MountOptions {
-        foreground: false,
-        log_file: None,
-        threads: litanyfs::mount::DEFAULT_THREADS,
-        sender: litanyfs::workspace::inbox::USER_SENDER.into(),
-        max_message_bytes: litanyfs::deposit::DEFAULT_MAX_MESSAGE_BYTES,
-        harness: None,
-        wake: false,
-        read_only: false,
-        cache_bytes: litanyfs::tree::DEFAULT_PAGE_CACHE_BYTES,
-        agent: None,
-        allow_other: false,
-        auto_unmount: false,
+        no_wake: true,
+        ..MountOptions::default()
     };
     let log = mount::spawn_daemon(&ws, &mnt, &opts).map_err(|e| e.to_string())?;
     let bin = std::env::current_exe().unwrap_or_else(|_| "litanyfs".into());

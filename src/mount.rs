@@ -9,7 +9,7 @@
 //! holder of an inbox directory's fd only when that holder leads its group (CONTRACT
 //! §3.7), and the daemon never holds one for longer than a listing anyway.
 
-use std::ffi::CString;
+use std::ffi::{CString, OsString};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -41,64 +41,144 @@ pub const SUBTYPE: &str = "litanyfs";
 /// (a big page, a git lookup) leaves others to answer the rest.
 pub const DEFAULT_THREADS: usize = 4;
 
-/// How the mount is run.
-#[derive(Debug, Clone)]
+/// How the mount is run: every option of `litanyfs mount`, defined once here with its
+/// doc, default and spelling. The command line parses into it (`#[command(flatten)]`),
+/// `-o` spellings are derived from it ([`crate::helper`]), `demo` starts from its
+/// [`Default`] (the command line's defaults, parsed from no arguments), and the daemon
+/// receives it through [`MountOptions::to_args`], the inverse of parsing, so an option
+/// can neither be missing from one of these nor reach the daemon differently.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct MountOptions {
+    /// Stay attached and log to stderr instead of running as a daemon.
+    ///
+    /// Under an interactive shell the process leads its process group, which `litany
+    /// stop` can mistake for an executor; prefer the daemon next to a running harness.
+    #[arg(long)]
     pub foreground: bool,
+    /// Where the daemon logs (default: $XDG_STATE_HOME/litanyfs/<mountpoint>.log, else
+    /// ~/.local/state/litanyfs/...).
+    #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
+    /// Threads serving requests.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_THREADS)]
     pub threads: usize,
-    /// Who deposits through the mount are from: `user`, or an agent id.
+    /// Who messages deposited through the mount are from: `user`, or an agent id.
+    #[arg(long, value_name = "ID", default_value = crate::workspace::inbox::USER_SENDER)]
     pub sender: String,
+    /// The largest message a deposit accepts, in bytes (EFBIG past it).
+    #[arg(long, value_name = "N", default_value_t = crate::deposit::DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
-    /// The harness to wake agents with; `None` searches `PATH`.
+    /// The litany binary that wakes an agent after a deposit (default: `litany` on PATH).
+    #[arg(long, value_name = "PATH")]
     pub harness: Option<PathBuf>,
-    pub wake: bool,
-    /// Refuse deposits too.
+    /// Deposit without waking the agent; `litany scan` picks deposits up later.
+    #[arg(long)]
+    pub no_wake: bool,
+    /// Refuse deposits too: every change answers EROFS.
+    #[arg(long, alias = "ro")]
     pub read_only: bool,
-    /// The page cache's bound.
+    /// The bound of the cache of parsed tool captures, in bytes.
+    #[arg(long, value_name = "N", default_value_t = crate::tree::DEFAULT_PAGE_CACHE_BYTES)]
     pub cache_bytes: usize,
-    /// Confine the view to this agent (`--agent`); its deposits are from it.
+    /// Show only what agent ID may see (its own step records and pending deposits),
+    /// and stamp every deposit `from: ID`. The view a sandboxed agent gets.
+    #[arg(long, value_name = "ID")]
     pub agent: Option<String>,
-    /// Let other users in, with the kernel checking the modes (`default_permissions`).
+    /// Let other users use the mount; the kernel then enforces the modes shown.
+    #[arg(long)]
     pub allow_other: bool,
-    /// Have `fusermount3` unmount when the daemon dies, however it dies.
+    /// Unmount automatically when the daemon dies, however it dies (via fusermount3).
+    #[arg(long)]
     pub auto_unmount: bool,
 }
 
+impl Default for MountOptions {
+    /// The command line's defaults: the options parsed from no arguments.
+    fn default() -> Self {
+        Self::parse_args(std::iter::empty::<OsString>()).unwrap_or_else(|e| e.exit())
+    }
+}
+
 impl MountOptions {
-    /// The options as `litanyfs mount` arguments, for the daemon the parent starts.
-    fn daemon_args(&self) -> Vec<std::ffi::OsString> {
-        let mut a: Vec<std::ffi::OsString> = vec![
-            "--threads".into(),
-            self.threads.to_string().into(),
-            "--sender".into(),
-            self.sender.clone().into(),
-            "--max-message-bytes".into(),
-            self.max_message_bytes.to_string().into(),
-            "--cache-bytes".into(),
-            self.cache_bytes.to_string().into(),
-        ];
-        if let Some(h) = &self.harness {
-            a.push("--harness".into());
-            a.push(h.clone().into());
+    /// The options parsed from `litanyfs mount` arguments (without the program name and
+    /// the positionals).
+    pub fn parse_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        use clap::{Args, FromArgMatches};
+        let cmd = Self::augment_args(clap::Command::new("mount").no_binary_name(true));
+        Self::from_arg_matches(&cmd.try_get_matches_from(args)?)
+    }
+
+    /// The options as `litanyfs mount` arguments: the inverse of [`Self::parse_args`],
+    /// listing each option that differs from its default. The parent passes these to
+    /// the daemon it starts. The destructuring names every field, so a new option does
+    /// not compile until it is passed on.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let Self {
+            foreground,
+            log_file,
+            threads,
+            sender,
+            max_message_bytes,
+            harness,
+            no_wake,
+            read_only,
+            cache_bytes,
+            agent,
+            allow_other,
+            auto_unmount,
+        } = self;
+        let d = Self::default();
+        let mut a = ArgList::default();
+        a.flag("foreground", *foreground);
+        a.value("log_file", log_file.as_ref().map(|p| p.as_os_str()));
+        a.value(
+            "threads",
+            (*threads != d.threads).then(|| threads.to_string()),
+        );
+        a.value("sender", (*sender != d.sender).then_some(sender));
+        a.value(
+            "max_message_bytes",
+            (*max_message_bytes != d.max_message_bytes).then(|| max_message_bytes.to_string()),
+        );
+        a.value("harness", harness.as_ref().map(|p| p.as_os_str()));
+        a.flag("no_wake", *no_wake);
+        a.flag("read_only", *read_only);
+        a.value(
+            "cache_bytes",
+            (*cache_bytes != d.cache_bytes).then(|| cache_bytes.to_string()),
+        );
+        a.value("agent", agent.as_ref());
+        a.flag("allow_other", *allow_other);
+        a.flag("auto_unmount", *auto_unmount);
+        a.0
+    }
+}
+
+/// Arguments being listed by [`MountOptions::to_args`], each named by its field, whose
+/// long option clap derives as the field's name in kebab case.
+#[derive(Default)]
+struct ArgList(Vec<OsString>);
+
+impl ArgList {
+    fn long(field: &str) -> OsString {
+        format!("--{}", field.replace('_', "-")).into()
+    }
+
+    fn flag(&mut self, field: &str, on: bool) {
+        if on {
+            self.0.push(Self::long(field));
         }
-        if !self.wake {
-            a.push("--no-wake".into());
+    }
+
+    fn value(&mut self, field: &str, value: Option<impl AsRef<std::ffi::OsStr>>) {
+        if let Some(v) = value {
+            self.0.push(Self::long(field));
+            self.0.push(v.as_ref().to_os_string());
         }
-        if self.read_only {
-            a.push("--read-only".into());
-        }
-        if let Some(agent) = &self.agent {
-            a.push("--agent".into());
-            a.push(agent.into());
-        }
-        if self.allow_other {
-            a.push("--allow-other".into());
-        }
-        if self.auto_unmount {
-            a.push("--auto-unmount".into());
-        }
-        a
     }
 }
 
@@ -333,8 +413,14 @@ pub fn spawn_daemon(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<PathBu
     let mut cmd = Command::new(SELF_EXE);
     cmd.arg0(&exe)
         .arg("mount")
-        .arg("--foreground")
-        .args(opts.daemon_args())
+        .args(
+            MountOptions {
+                foreground: true,
+                ..opts.clone()
+            }
+            .to_args(),
+        )
+        .arg("--")
         .arg(&ws)
         .arg(&mnt)
         .env(READY_ENV, "1")
@@ -527,7 +613,7 @@ fn serve(
                 max_message_bytes: opts.max_message_bytes,
                 harness: opts.harness.clone(),
                 // A writer's close waits for the deposit, not for the wake.
-                wake: if opts.wake {
+                wake: if !opts.no_wake {
                     WakeMode::Background
                 } else {
                     WakeMode::Off
@@ -604,6 +690,57 @@ fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A value of every option, each different from its default.
+    fn every_option() -> MountOptions {
+        MountOptions {
+            foreground: true,
+            log_file: Some("/var/log/l og".into()),
+            threads: 7,
+            sender: "20261202T094226Z-0122ccc2".into(),
+            max_message_bytes: 123,
+            harness: Some("/opt/litany".into()),
+            no_wake: true,
+            read_only: true,
+            cache_bytes: 456,
+            agent: Some("20261202T094226Z-0122ccc2".into()),
+            allow_other: true,
+            auto_unmount: true,
+        }
+    }
+
+    #[test]
+    fn every_option_reaches_the_daemon() {
+        use clap::{Args, parser::ValueSource};
+        let all = every_option();
+        let args = all.to_args();
+        assert_eq!(MountOptions::parse_args(&args).unwrap(), all, "{args:?}");
+        // Each option was passed, so none equals its default and none is dropped.
+        let cmd = MountOptions::augment_args(clap::Command::new("mount").no_binary_name(true));
+        let matches = cmd.clone().try_get_matches_from(&args).unwrap();
+        for arg in cmd.get_arguments() {
+            assert_eq!(
+                matches.value_source(arg.get_id().as_str()),
+                Some(ValueSource::CommandLine),
+                "--{} is not passed on",
+                arg.get_id()
+            );
+        }
+        assert_eq!(MountOptions::default().to_args(), Vec::<OsString>::new());
+    }
+
+    #[test]
+    fn defaults_are_the_command_lines() {
+        let d = MountOptions::default();
+        assert_eq!(d.threads, DEFAULT_THREADS);
+        assert_eq!(d.sender, crate::workspace::inbox::USER_SENDER);
+        assert_eq!(
+            d.max_message_bytes,
+            crate::deposit::DEFAULT_MAX_MESSAGE_BYTES
+        );
+        assert_eq!(d.cache_bytes, crate::tree::DEFAULT_PAGE_CACHE_BYTES);
+        assert!(!d.foreground && !d.no_wake && !d.read_only && d.agent.is_none());
+    }
 
     #[test]
     fn mountinfo_escapes() {
