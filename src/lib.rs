@@ -30,6 +30,7 @@ pub mod deposit;
 #[doc(hidden)]
 pub mod fixture;
 pub mod fs;
+pub mod helper;
 pub mod inotify;
 pub mod mount;
 pub mod paging;

@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+use litanyfs::helper;
 use litanyfs::mount::{self, MountOptions};
 
 /// Mount a litany agent-harness workspace as one live directory tree.
@@ -60,9 +61,47 @@ fn init_logging() {
         .init();
 }
 
+/// The command line as clap defines it, with the `-o` spelling of each mount option.
+fn cli() -> clap::Command {
+    Cli::command().mut_subcommand("mount", helper::document)
+}
+
+/// Parses this process's arguments in either form (`litanyfs mount WS MNT --flags` or
+/// mount(8)'s `litanyfs WS MNT -o options`); on a mistake, the mount form says it in
+/// one line and the subcommands as clap does.
+fn parse() -> Result<Cli, String> {
+    let cmd = cli();
+    let mut names: Vec<&str> = vec!["help"];
+    for sub in cmd.get_subcommands() {
+        names.push(sub.get_name());
+        names.extend(sub.get_all_aliases());
+    }
+    let line = helper::command_line(std::env::args_os().collect(), &names)?;
+    let parsed = cmd
+        .try_get_matches_from(line.args)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    match parsed {
+        Ok(cli) => Ok(cli),
+        Err(e) if line.helper => {
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or_default();
+            Err(first.trim_start_matches("error: ").to_string())
+        }
+        Err(e) => e.exit(),
+    }
+}
+
 fn main() -> ExitCode {
+    // SAFETY: first thing in main, before any thread exists.
+    unsafe { helper::settle_environment() };
     init_logging();
-    let cli = Cli::parse();
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(why) => {
+            eprintln!("litanyfs: {why}");
+            return ExitCode::FAILURE;
+        }
+    };
     let result = match cli.command {
         Cmd::Mount {
             workspace,
