@@ -55,26 +55,28 @@ pub struct MountOptions {
     /// stop` can mistake for an executor; prefer the daemon next to a running harness.
     #[arg(long)]
     pub foreground: bool,
-    /// Where the daemon logs (default: $XDG_STATE_HOME/litanyfs/<mountpoint>.log, else
-    /// ~/.local/state/litanyfs/...).
+    /// Where the daemon logs (default: `$XDG_STATE_HOME/litanyfs/<mountpoint>.log`, else
+    /// `~/.local/state/litanyfs/...`).
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
     /// Threads serving requests.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_THREADS)]
     pub threads: usize,
-    /// Who messages deposited through the mount are from: `user`, or an agent id.
+    /// Who messages deposited through the mount are from: `user`, or an existing agent's
+    /// id.
     #[arg(long, value_name = "ID", default_value = crate::workspace::inbox::USER_SENDER)]
     pub sender: String,
-    /// The largest message a deposit accepts, in bytes (EFBIG past it).
+    /// The largest message a deposit accepts, in bytes; a write past it gets `EFBIG`.
     #[arg(long, value_name = "N", default_value_t = crate::deposit::DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
-    /// The litany binary that wakes an agent after a deposit (default: `litany` on PATH).
+    /// The `litany` binary that wakes an agent after a deposit (default: `litany` on
+    /// `PATH`).
     #[arg(long, value_name = "PATH")]
     pub harness: Option<PathBuf>,
-    /// Deposit without waking the agent; `litany scan` picks deposits up later.
+    /// Deposit without waking the agent; `litany scan` launches the pending drivers later.
     #[arg(long)]
     pub no_wake: bool,
-    /// Refuse deposits too: every change answers EROFS.
+    /// Refuse deposits too: every change answers `EROFS`.
     #[arg(long, alias = "ro")]
     pub read_only: bool,
     /// The bound of the cache of parsed tool captures, in bytes.
@@ -84,10 +86,11 @@ pub struct MountOptions {
     /// and stamp every deposit `from: ID`. The view a sandboxed agent gets.
     #[arg(long, value_name = "ID")]
     pub agent: Option<String>,
-    /// Let other users use the mount; the kernel then enforces the modes shown.
+    /// Let other users use the mount; the kernel then enforces the modes shown
+    /// (`default_permissions`).
     #[arg(long)]
     pub allow_other: bool,
-    /// Unmount automatically when the daemon dies, however it dies (via fusermount3).
+    /// Unmount automatically when the daemon dies, however it dies (via `fusermount3`).
     #[arg(long)]
     pub auto_unmount: bool,
 }
@@ -630,13 +633,23 @@ fn serve(
     let fs = Fs::new(Arc::new(tree));
     let invalidator = fs.invalidator();
     let mut config = Config::default();
+    // The source is the workspace as an fstab line names it, so `mount -a` and systemd
+    // see the line as mounted.
     config.mount_options = vec![
-        MountOption::FSName(format!("litanyfs:{}", workspace.root().display())),
+        MountOption::FSName(workspace.root().display().to_string()),
         MountOption::Subtype(SUBTYPE.into()),
         MountOption::NoDev,
         MountOption::NoSuid,
         MountOption::NoAtime,
     ];
+    // fuser hands the subtype to fusermount3 only; mounting directly (as root), the
+    // kernel must be told itself, or the type shows as plain `fuse`.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        config
+            .mount_options
+            .push(MountOption::CUSTOM(format!("subtype={SUBTYPE}")));
+    }
     if opts.allow_other {
         config.acl = SessionACL::All;
         config.mount_options.push(MountOption::DefaultPermissions);
