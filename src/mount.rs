@@ -201,6 +201,11 @@ pub enum MountError {
 impl std::fmt::Display for MountError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Self::Workspace(WorkspaceError::Io(p, e))
+                if e.kind() == std::io::ErrorKind::NotFound =>
+            {
+                write!(f, "workspace {} does not exist", p.display())
+            }
             Self::Workspace(e) => write!(f, "{e}"),
             Self::MountpointMissing(p) => write!(f, "mountpoint {} does not exist", p.display()),
             Self::NotADirectory(p) => write!(f, "mountpoint {} is not a directory", p.display()),
@@ -371,13 +376,30 @@ pub fn unmount(mnt: &Path) -> Result<(), MountError> {
         .map_err(|e| MountError::Io(format!("unmounting {}", mnt.display()), e))
 }
 
-/// Where a background daemon logs when `--log-file` is not given.
-pub fn default_log_file(mnt: &Path) -> PathBuf {
-    let state = std::env::var_os("XDG_STATE_HOME")
+/// The directory of the logs of background daemons: `$XDG_STATE_HOME/litanyfs`, else
+/// `$HOME/.local/state/litanyfs`. With neither set (and `HOME` not found in the password
+/// database, see [`crate::helper::settle_environment`]) there is none, and the error says
+/// what to set.
+pub fn log_dir() -> Result<PathBuf, MountError> {
+    std::env::var_os("XDG_STATE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
-        .unwrap_or_else(std::env::temp_dir);
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/state"))
+        })
+        .map(|state| state.join(SUBTYPE))
+        .ok_or_else(|| {
+            MountError::Daemon(
+                "no place for the log: set log_file= (--log-file), HOME or XDG_STATE_HOME".into(),
+            )
+        })
+}
+
+/// Where a background daemon logs when `--log-file` is not given: a file in [`log_dir`]
+/// named after the mountpoint.
+pub fn default_log_file(mnt: &Path) -> Result<PathBuf, MountError> {
     let name: String = mnt
         .to_string_lossy()
         .trim_start_matches('/')
@@ -390,7 +412,7 @@ pub fn default_log_file(mnt: &Path) -> PathBuf {
             }
         })
         .collect();
-    state.join("litanyfs").join(format!("{name}.log"))
+    Ok(log_dir()?.join(format!("{name}.log")))
 }
 
 /// `litanyfs mount` without `--foreground`: checks, starts the daemon, and returns once
@@ -398,10 +420,10 @@ pub fn default_log_file(mnt: &Path) -> PathBuf {
 pub fn spawn_daemon(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<PathBuf, MountError> {
     let (_, mnt) = preflight(ws, mnt)?;
     let ws = std::fs::canonicalize(ws).map_err(|e| MountError::Io(ws.display().to_string(), e))?;
-    let log_path = opts
-        .log_file
-        .clone()
-        .unwrap_or_else(|| default_log_file(&mnt));
+    let log_path = match &opts.log_file {
+        Some(f) => f.clone(),
+        None => default_log_file(&mnt)?,
+    };
     if let Some(dir) = log_path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| MountError::Io(dir.display().to_string(), e))?;
     }
@@ -610,6 +632,14 @@ fn serve(
         tree = tree.confined_to(agent);
     }
     if !opts.read_only {
+        if !opts.no_wake && crate::deposit::find_harness(opts.harness.as_deref()).is_none() {
+            log::warn!(
+                "no `{}` on PATH ({}): deposits wait in their inbox for the next driver; \
+                 set harness= (--harness) to wake agents",
+                crate::deposit::wake::HARNESS_BIN,
+                std::env::var("PATH").unwrap_or_default()
+            );
+        }
         let depositor = Depositor::new(
             &workspace,
             DepositOptions {
