@@ -8,6 +8,11 @@
 //! in a session of its own but not a process-group leader: `litany stop` signals the
 //! holder of an inbox directory's fd only when that holder leads its group (CONTRACT
 //! §3.7), and the daemon never holds one for longer than a listing anyway.
+//!
+//! Under a service manager (`NOTIFY_SOCKET`, systemd's `Type=notify`) the serving process
+//! says `READY=1` (with `STATUS=` naming the workspace) only once the mount answers, as
+//! the pipe's `ready` does, and `STOPPING=1` when a signal makes it unmount or its mount
+//! goes.
 
 use std::ffi::{CString, OsString};
 use std::fs::File;
@@ -21,6 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fuser::{Config, MountOption, Session, SessionACL};
+use sd_notify::NotifyState;
 
 use crate::deposit::{Depositor, Options as DepositOptions, WakeMode};
 use crate::fs::Fs;
@@ -51,7 +57,8 @@ pub const DEFAULT_THREADS: usize = 4;
 pub struct MountOptions {
     /// Stay attached and log to stderr instead of running as a daemon.
     ///
-    /// Under an interactive shell the process leads its process group, which `litany
+    /// Under a systemd unit with `Type=notify` it sends `READY=1` once the mount answers
+    /// and `STOPPING=1` when it unmounts. Under an interactive shell the process leads its process group, which `litany
     /// stop` can mistake for an executor; prefer the daemon next to a running harness.
     #[arg(long)]
     pub foreground: bool,
@@ -484,6 +491,14 @@ pub fn spawn_daemon(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<PathBu
     }
 }
 
+/// Tells the service manager how the mount is doing, when one listens (`NOTIFY_SOCKET`,
+/// as under a systemd unit with `Type=notify`); a failure to tell is logged, never fatal.
+fn notify(state: &[NotifyState]) {
+    if let Err(e) = sd_notify::notify(state) {
+        log::warn!("telling the service manager {state:?}: {e}");
+    }
+}
+
 /// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and so in every thread started after
 /// it), and starts a thread that unmounts `mnt` when one arrives.
 fn handle_signals(mnt: PathBuf) {
@@ -507,6 +522,7 @@ fn handle_signals(mnt: PathBuf) {
                     continue;
                 }
                 log::info!("signal {sig}: unmounting {}", mnt.display());
+                notify(&[NotifyState::Stopping, NotifyState::Status("unmounting")]);
                 if let Err(e) = detach(&mnt, false).or_else(|_| detach(&mnt, true)) {
                     log::error!("{}: unmount failed: {e}", mnt.display());
                 }
@@ -697,6 +713,7 @@ fn serve(
     invalidator.spawn(session.notifier());
     let pipe = ready.take();
     let watched = mnt.clone();
+    let served = workspace.root().to_path_buf();
     let started = std::thread::Builder::new()
         .name("ready".into())
         .spawn(move || match wait_until_mounted(&watched, before_dev) {
@@ -705,6 +722,8 @@ fn serve(
                 if let Some(mut p) = pipe {
                     let _ = writeln!(p, "{READY_LINE}");
                 }
+                let status = format!("serving {} at {}", served.display(), watched.display());
+                notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
             }
             Err(why) => {
                 log::error!("{why}");
@@ -727,6 +746,7 @@ fn serve(
         .run()
         .map_err(|e| MountError::Io(format!("serving {}", mnt.display()), e))?;
     log::info!("{}: unmounted; exiting", mnt.display());
+    notify(&[NotifyState::Stopping]);
     Ok(())
 }
 
