@@ -329,7 +329,7 @@ pub unsafe fn settle_environment() {
 }
 
 /// The home directory of the real user, from the password database.
-fn passwd_home() -> Option<PathBuf> {
+pub fn passwd_home() -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     let mut buf = vec![0 as libc::c_char; 16 * 1024];
     let mut pw = std::mem::MaybeUninit::<libc::passwd>::uninit();
