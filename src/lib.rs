@@ -32,6 +32,7 @@ pub mod fixture;
 pub mod fs;
 pub mod helper;
 pub mod inotify;
+pub mod kernel;
 pub mod mount;
 pub mod paging;
 pub mod tree;

@@ -66,6 +66,16 @@ fn cli() -> clap::Command {
     Cli::command().mut_subcommand("mount", helper::document)
 }
 
+/// `--version`: the version, and what the kernel granted at the last mount logged.
+fn long_version() -> String {
+    let dir = mount::log_dir().ok();
+    format!(
+        "{}\n{}",
+        env!("CARGO_PKG_VERSION"),
+        litanyfs::kernel::version_note(dir.as_deref())
+    )
+}
+
 /// Parses this process's arguments in either form (`litanyfs mount WS MNT --flags` or
 /// mount(8)'s `litanyfs WS MNT -o options`); on a mistake, the mount form says it in
 /// one line and the subcommands as clap does.
@@ -77,6 +87,12 @@ fn parse() -> Result<Cli, String> {
         names.extend(sub.get_all_aliases());
     }
     let line = helper::command_line(std::env::args_os().collect(), &names)?;
+    // Reading the logs costs a little, so only when asked.
+    let cmd = if line.args.get(1).is_some_and(|a| a == "--version") {
+        cmd.long_version(long_version())
+    } else {
+        cmd
+    };
     let parsed = cmd
         .try_get_matches_from(line.args)
         .and_then(|m| Cli::from_arg_matches(&m));

@@ -398,3 +398,34 @@ fn mount_refusals_are_one_line_each_and_mount_nothing() {
         assert!(findmnt(target).is_none());
     }
 }
+
+#[test]
+fn version_names_what_the_kernel_granted_at_the_last_mount() {
+    let w = workspace();
+    let state = tempfile::tempdir().unwrap();
+    let version = || {
+        let out = run(Command::new(BIN)
+            .arg("--version")
+            .env("XDG_STATE_HOME", state.path()));
+        assert!(out.status.success());
+        text(&out.stdout)
+    };
+    let before = version();
+    assert!(before.starts_with(&format!("litanyfs {}\n", env!("CARGO_PKG_VERSION"))));
+    assert!(before.contains("no mount logged in"), "{before}");
+    let log = state.path().join("litanyfs/a.log");
+    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+    let t = tempfile::tempdir().unwrap();
+    let m = mountpoint(t.path());
+    let out = run(Command::new(BIN)
+        .arg("mount")
+        .arg("--log-file")
+        .arg(&log)
+        .arg(w.f.root())
+        .arg(&m.mnt));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let after = version();
+    assert!(after.contains(&log.display().to_string()), "{after}");
+    assert!(after.contains("kernel FUSE protocol 7."), "{after}");
+    assert!(after.contains("granted "), "{after}");
+}
