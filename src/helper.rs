@@ -127,7 +127,7 @@ pub fn document(mount: Command) -> Command {
             "As mount(8) runs it (mount -t fuse.{SUBTYPE}, /etc/fstab, or the helper \
              mount.fuse.{SUBTYPE}):\n\n  litanyfs WORKSPACE MOUNTPOINT -o OPTION[,OPTION...]\n\n\
              with the -o spelling shown for each option above. Generic options are \
-             accepted:\n{generic}Any other option is refused."
+             accepted:\n{generic}\nAny other option is refused."
         ))
 }
 

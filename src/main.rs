@@ -30,7 +30,7 @@ use litanyfs::mount::{self, MountOptions};
 /// Everything is live. Changes other than deposits answer EROFS; a deposited message is
 /// immutable (EPERM). Logging follows RUST_LOG (default: info).
 #[derive(Parser)]
-#[command(name = "litanyfs", version, verbatim_doc_comment)]
+#[command(name = "litanyfs", version, verbatim_doc_comment, after_long_help = environment())]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -54,6 +54,28 @@ enum Cmd {
         #[arg(default_value = "/tmp/litanyfs-demo")]
         dir: PathBuf,
     },
+    /// Print the completions for SHELL, generated from these definitions.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page litanyfs.1, generated from these definitions.
+    Man,
+}
+
+/// The environment the command reads, for `--help` and the man page.
+fn environment() -> String {
+    format!(
+        "Environment:\n  \
+         RUST_LOG        the log filter (default: info)\n  \
+         XDG_STATE_HOME  daemons log in $XDG_STATE_HOME/litanyfs/ (else ~/.local/state/litanyfs/)\n  \
+         HOME            when unset, taken from the password database\n  \
+         PATH            where `litany` is found to wake agents; when unset, this binary's \
+         directory, then {}\n  \
+         NOTIFY_SOCKET   with --foreground, told READY=1 once the mount answers, STOPPING=1 \
+         when it goes (systemd Type=notify)",
+        helper::DEFAULT_PATH
+    )
 }
 
 fn init_logging() {
@@ -62,8 +84,15 @@ fn init_logging() {
 }
 
 /// The command line as clap defines it, with the `-o` spelling of each mount option.
-fn cli() -> clap::Command {
-    Cli::command().mut_subcommand("mount", helper::document)
+fn command() -> clap::Command {
+    // mut_subcommands keeps the subcommands' order (mut_subcommand moves one last).
+    Cli::command().mut_subcommands(|sub| {
+        if sub.get_name() == "mount" {
+            helper::document(sub)
+        } else {
+            sub
+        }
+    })
 }
 
 /// `--version`: the version, and what the kernel granted at the last mount logged.
@@ -80,7 +109,7 @@ fn long_version() -> String {
 /// mount(8)'s `litanyfs WS MNT -o options`); on a mistake, the mount form says it in
 /// one line and the subcommands as clap does.
 fn parse() -> Result<Cli, String> {
-    let cmd = cli();
+    let cmd = command();
     let mut names: Vec<&str> = vec!["help"];
     for sub in cmd.get_subcommands() {
         names.push(sub.get_name());
@@ -111,14 +140,14 @@ fn main() -> ExitCode {
     // SAFETY: first thing in main, before any thread exists.
     unsafe { helper::settle_environment() };
     init_logging();
-    let cli = match parse() {
-        Ok(cli) => cli,
+    let args = match parse() {
+        Ok(args) => args,
         Err(why) => {
             eprintln!("litanyfs: {why}");
             return ExitCode::FAILURE;
         }
     };
-    let result = match cli.command {
+    let result = match args.command {
         Cmd::Mount {
             workspace,
             mountpoint,
@@ -138,6 +167,10 @@ fn main() -> ExitCode {
         .map_err(|e| e.to_string()),
         Cmd::Unmount { mountpoint } => mount::unmount(&mountpoint).map_err(|e| e.to_string()),
         Cmd::Demo { dir } => demo(&dir),
+        Cmd::Completions { shell } => print(&litanyfs::manual::completions(shell, &mut command())),
+        Cmd::Man => litanyfs::manual::man_page(&command())
+            .map_err(|e| e.to_string())
+            .and_then(|page| print(&page)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -146,6 +179,14 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Writes `bytes` to stdout.
+fn print(bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    std::io::stdout()
+        .write_all(bytes)
+        .map_err(|e| format!("stdout: {e}"))
 }
 
 fn demo(dir: &std::path::Path) -> Result<(), String> {
