@@ -391,31 +391,24 @@ mod tests {
 
     #[test]
     fn every_option_has_an_o_spelling_that_parses_as_its_flag() {
-        let all = "foreground,log_file=/l,threads=7,sender=s,max_message_bytes=9,\
-                   harness=/h,no_wake,read_only,cache_bytes=11,agent=a,allow_other,\
-                   auto_unmount";
-        let args = translated(&["litanyfs", "/srv/ws", "/mnt/ws", "-o", all]);
-        assert_eq!(args[..2], ["litanyfs", "mount"]);
-        assert_eq!(args[args.len() - 3..], ["--", "/srv/ws", "/mnt/ws"]);
-        let flags = &args[2..args.len() - 3];
-        let parsed = MountOptions::parse_args(flags).unwrap();
-        assert_eq!(
-            parsed,
-            MountOptions {
-                foreground: true,
-                log_file: Some("/l".into()),
-                threads: 7,
-                sender: "s".into(),
-                max_message_bytes: 9,
-                harness: Some("/h".into()),
-                no_wake: true,
-                read_only: true,
-                cache_bytes: 11,
-                agent: Some("a".into()),
-                allow_other: true,
-                auto_unmount: true,
-            }
+        let all = crate::mount::tests::every_option();
+        let (ws, mnt) = ("/srv/ws", "/mnt/ws");
+        let list = format!(
+            "foreground,log_file={},threads={},sender={},max_message_bytes={},harness={},\
+             no_wake,read_only,cache_bytes={},agent={},allow_other,auto_unmount",
+            all.log_file.as_ref().unwrap().display(),
+            all.threads,
+            all.sender,
+            all.max_message_bytes,
+            all.harness.as_ref().unwrap().display(),
+            all.cache_bytes,
+            all.agent.as_ref().unwrap(),
         );
+        let args = translated(&["litanyfs", ws, mnt, "-o", &list]);
+        assert_eq!(args[..2], ["litanyfs", "mount"]);
+        assert_eq!(args[args.len() - 3..], ["--", ws, mnt]);
+        let flags = &args[2..args.len() - 3];
+        assert_eq!(MountOptions::parse_args(flags).unwrap(), all);
         // Every option is in that list: each one's flag was produced.
         for arg in mount_args().get_arguments() {
             let long = format!("--{}", arg.get_long().unwrap());

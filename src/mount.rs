@@ -751,11 +751,11 @@ fn serve(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A value of every option, each different from its default.
-    fn every_option() -> MountOptions {
+    pub(crate) fn every_option() -> MountOptions {
         MountOptions {
             foreground: true,
             log_file: Some("/var/log/l og".into()),
