@@ -30,7 +30,10 @@ pub mod deposit;
 #[doc(hidden)]
 pub mod fixture;
 pub mod fs;
+pub mod helper;
 pub mod inotify;
+pub mod kernel;
+pub mod manual;
 pub mod mount;
 pub mod paging;
 pub mod tree;

@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+use litanyfs::helper;
 use litanyfs::mount::{self, MountOptions};
 
 /// Mount a litany agent-harness workspace as one live directory tree.
@@ -29,7 +30,7 @@ use litanyfs::mount::{self, MountOptions};
 /// Everything is live. Changes other than deposits answer EROFS; a deposited message is
 /// immutable (EPERM). Logging follows RUST_LOG (default: info).
 #[derive(Parser)]
-#[command(name = "litanyfs", version, verbatim_doc_comment)]
+#[command(name = "litanyfs", version, verbatim_doc_comment, after_long_help = environment())]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -43,43 +44,8 @@ enum Cmd {
         workspace: PathBuf,
         /// An existing, empty directory.
         mountpoint: PathBuf,
-        /// Stay attached and log to stderr instead of running as a daemon.
-        #[arg(long)]
-        foreground: bool,
-        /// Where the daemon logs (default: $XDG_STATE_HOME/litanyfs/<mountpoint>.log).
-        #[arg(long)]
-        log_file: Option<PathBuf>,
-        /// Threads serving requests.
-        #[arg(long, default_value_t = litanyfs::mount::DEFAULT_THREADS)]
-        threads: usize,
-        /// Who messages deposited through the mount are from: `user`, or an agent id.
-        #[arg(long, default_value = litanyfs::workspace::inbox::USER_SENDER)]
-        sender: String,
-        /// The largest message a deposit accepts, in bytes (EFBIG past it).
-        #[arg(long, default_value_t = litanyfs::deposit::DEFAULT_MAX_MESSAGE_BYTES)]
-        max_message_bytes: usize,
-        /// The litany binary that wakes an agent after a deposit (default: `litany` on PATH).
-        #[arg(long)]
-        harness: Option<PathBuf>,
-        /// Deposit without waking the agent; `litany scan` picks deposits up later.
-        #[arg(long)]
-        no_wake: bool,
-        /// Refuse deposits too: every change answers EROFS.
-        #[arg(long)]
-        read_only: bool,
-        /// The bound of the cache of parsed tool captures, in bytes.
-        #[arg(long, default_value_t = litanyfs::tree::DEFAULT_PAGE_CACHE_BYTES)]
-        cache_bytes: usize,
-        /// Show only what agent ID may see (its own step records and pending deposits),
-        /// and stamp every deposit `from: ID`. The view a sandboxed agent gets.
-        #[arg(long, value_name = "ID")]
-        agent: Option<String>,
-        /// Let other users use the mount; the kernel then enforces the modes shown.
-        #[arg(long)]
-        allow_other: bool,
-        /// Unmount automatically when the daemon dies, however it dies (via fusermount3).
-        #[arg(long)]
-        auto_unmount: bool,
+        #[command(flatten)]
+        opts: MountOptions,
     },
     /// Unmount a litanyfs mount; its daemon then exits.
     Unmount { mountpoint: PathBuf },
@@ -88,6 +54,28 @@ enum Cmd {
         #[arg(default_value = "/tmp/litanyfs-demo")]
         dir: PathBuf,
     },
+    /// Print the completions for SHELL, generated from these definitions.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page litanyfs.1, generated from these definitions.
+    Man,
+}
+
+/// The environment the command reads, for `--help` and the man page.
+fn environment() -> String {
+    format!(
+        "Environment:\n  \
+         RUST_LOG        the log filter (default: info)\n  \
+         XDG_STATE_HOME  daemons log in $XDG_STATE_HOME/litanyfs/ (else ~/.local/state/litanyfs/)\n  \
+         HOME            when unset, taken from the password database\n  \
+         PATH            where `litany` is found to wake agents; when unset, this binary's \
+         directory, then {}\n  \
+         NOTIFY_SOCKET   with --foreground, told READY=1 once the mount answers, STOPPING=1 \
+         when it goes (systemd Type=notify)",
+        helper::DEFAULT_PATH
+    )
 }
 
 fn init_logging() {
@@ -95,56 +83,94 @@ fn init_logging() {
         .init();
 }
 
+/// The command line as clap defines it, with the `-o` spelling of each mount option.
+fn command() -> clap::Command {
+    // mut_subcommands keeps the subcommands' order (mut_subcommand moves one last).
+    Cli::command().mut_subcommands(|sub| {
+        if sub.get_name() == "mount" {
+            helper::document(sub)
+        } else {
+            sub
+        }
+    })
+}
+
+/// `--version`: the version, and what the kernel granted at the last mount logged.
+fn long_version() -> String {
+    let dir = mount::log_dir().ok();
+    format!(
+        "{}\n{}",
+        env!("CARGO_PKG_VERSION"),
+        litanyfs::kernel::version_note(dir.as_deref())
+    )
+}
+
+/// Parses this process's arguments in either form (`litanyfs mount WS MNT --flags` or
+/// mount(8)'s `litanyfs WS MNT -o options`); on a mistake, the mount form says it in
+/// one line and the subcommands as clap does.
+fn parse() -> Result<Cli, String> {
+    let cmd = command();
+    let mut names: Vec<&str> = vec!["help"];
+    for sub in cmd.get_subcommands() {
+        names.push(sub.get_name());
+        names.extend(sub.get_all_aliases());
+    }
+    let line = helper::command_line(std::env::args_os().collect(), &names)?;
+    // Reading the logs costs a little, so only when asked.
+    let cmd = if line.args.get(1).is_some_and(|a| a == "--version") {
+        cmd.long_version(long_version())
+    } else {
+        cmd
+    };
+    let parsed = cmd
+        .try_get_matches_from(line.args)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    match parsed {
+        Ok(cli) => Ok(cli),
+        Err(e) if line.helper => {
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or_default();
+            Err(first.trim_start_matches("error: ").to_string())
+        }
+        Err(e) => e.exit(),
+    }
+}
+
 fn main() -> ExitCode {
+    // SAFETY: first thing in main, before any thread exists.
+    unsafe { helper::settle_environment() };
     init_logging();
-    let cli = Cli::parse();
-    let result = match cli.command {
+    let args = match parse() {
+        Ok(args) => args,
+        Err(why) => {
+            eprintln!("litanyfs: {why}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match args.command {
         Cmd::Mount {
             workspace,
             mountpoint,
-            foreground,
-            log_file,
-            threads,
-            sender,
-            max_message_bytes,
-            harness,
-            no_wake,
-            read_only,
-            cache_bytes,
-            agent,
-            allow_other,
-            auto_unmount,
-        } => {
-            let opts = MountOptions {
-                foreground,
-                log_file,
-                threads,
-                sender,
-                max_message_bytes,
-                harness,
-                wake: !no_wake,
-                read_only,
-                cache_bytes,
-                agent,
-                allow_other,
-                auto_unmount,
-            };
-            if foreground {
-                mount::run(&workspace, &mountpoint, &opts)
-            } else {
-                mount::spawn_daemon(&workspace, &mountpoint, &opts).map(|log| {
-                    eprintln!(
-                        "litanyfs: mounted {} at {} (log: {})",
-                        workspace.display(),
-                        mountpoint.display(),
-                        log.display()
-                    );
-                })
-            }
-            .map_err(|e| e.to_string())
+            opts,
+        } => if opts.foreground {
+            mount::run(&workspace, &mountpoint, &opts)
+        } else {
+            mount::spawn_daemon(&workspace, &mountpoint, &opts).map(|log| {
+                eprintln!(
+                    "litanyfs: mounted {} at {} (log: {})",
+                    workspace.display(),
+                    mountpoint.display(),
+                    log.display()
+                );
+            })
         }
+        .map_err(|e| e.to_string()),
         Cmd::Unmount { mountpoint } => mount::unmount(&mountpoint).map_err(|e| e.to_string()),
         Cmd::Demo { dir } => demo(&dir),
+        Cmd::Completions { shell } => print(&litanyfs::manual::completions(shell, &mut command())),
+        Cmd::Man => litanyfs::manual::man_page(&command())
+            .map_err(|e| e.to_string())
+            .and_then(|page| print(&page)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -153,6 +179,14 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Writes `bytes` to stdout.
+fn print(bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    std::io::stdout()
+        .write_all(bytes)
+        .map_err(|e| format!("stdout: {e}"))
 }
 
 fn demo(dir: &std::path::Path) -> Result<(), String> {
@@ -167,18 +201,8 @@ fn demo(dir: &std::path::Path) -> Result<(), String> {
     std::fs::create_dir_all(&mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
     litanyfs::demo::build(&ws).map_err(|e| format!("building the sample workspace: {e}"))?;
     let opts = MountOptions {
-        foreground: false,
-        log_file: None,
-        threads: litanyfs::mount::DEFAULT_THREADS,
-        sender: litanyfs::workspace::inbox::USER_SENDER.into(),
-        max_message_bytes: litanyfs::deposit::DEFAULT_MAX_MESSAGE_BYTES,
-        harness: None,
-        wake: false,
-        read_only: false,
-        cache_bytes: litanyfs::tree::DEFAULT_PAGE_CACHE_BYTES,
-        agent: None,
-        allow_other: false,
-        auto_unmount: false,
+        no_wake: true,
+        ..MountOptions::default()
     };
     let log = mount::spawn_daemon(&ws, &mnt, &opts).map_err(|e| e.to_string())?;
     let bin = std::env::current_exe().unwrap_or_else(|_| "litanyfs".into());

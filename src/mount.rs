@@ -8,8 +8,13 @@
 //! in a session of its own but not a process-group leader: `litany stop` signals the
 //! holder of an inbox directory's fd only when that holder leads its group (CONTRACT
 //! §3.7), and the daemon never holds one for longer than a listing anyway.
+//!
+//! Under a service manager (`NOTIFY_SOCKET`, systemd's `Type=notify`) the serving process
+//! says `READY=1` (with `STATUS=` naming the workspace) only once the mount answers, as
+//! the pipe's `ready` does, and `STOPPING=1` when a signal makes it unmount or its mount
+//! goes.
 
-use std::ffi::CString;
+use std::ffi::{CString, OsString};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -21,6 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fuser::{Config, MountOption, Session, SessionACL};
+use sd_notify::NotifyState;
 
 use crate::deposit::{Depositor, Options as DepositOptions, WakeMode};
 use crate::fs::Fs;
@@ -41,64 +47,148 @@ pub const SUBTYPE: &str = "litanyfs";
 /// (a big page, a git lookup) leaves others to answer the rest.
 pub const DEFAULT_THREADS: usize = 4;
 
-/// How the mount is run.
-#[derive(Debug, Clone)]
+/// How the mount is run: every option of `litanyfs mount`, defined once here with its
+/// doc, default and spelling. The command line parses into it (`#[command(flatten)]`),
+/// `-o` spellings are derived from it ([`crate::helper`]), `demo` starts from its
+/// [`Default`] (the command line's defaults, parsed from no arguments), and the daemon
+/// receives it through [`MountOptions::to_args`], the inverse of parsing, so an option
+/// can neither be missing from one of these nor reach the daemon differently.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct MountOptions {
+    /// Stay attached and log to stderr instead of running as a daemon.
+    ///
+    /// Under a systemd unit with `Type=notify` it sends `READY=1` once the mount answers
+    /// and `STOPPING=1` when it unmounts. Under an interactive shell the process leads its process group, which `litany
+    /// stop` can mistake for an executor; prefer the daemon next to a running harness.
+    #[arg(long)]
     pub foreground: bool,
+    /// Where the daemon logs (default: `$XDG_STATE_HOME/litanyfs/<mountpoint>.log`, else
+    /// `~/.local/state/litanyfs/...`).
+    #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
+    /// Threads serving requests.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_THREADS)]
     pub threads: usize,
-    /// Who deposits through the mount are from: `user`, or an agent id.
+    /// Who messages deposited through the mount are from: `user`, or an existing agent's
+    /// id.
+    #[arg(long, value_name = "ID", default_value = crate::workspace::inbox::USER_SENDER)]
     pub sender: String,
+    /// The largest message a deposit accepts, in bytes; a write past it gets `EFBIG`.
+    #[arg(long, value_name = "N", default_value_t = crate::deposit::DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
-    /// The harness to wake agents with; `None` searches `PATH`.
+    /// The `litany` binary that wakes an agent after a deposit (default: `litany` on
+    /// `PATH`).
+    #[arg(long, value_name = "PATH")]
     pub harness: Option<PathBuf>,
-    pub wake: bool,
-    /// Refuse deposits too.
+    /// Deposit without waking the agent; `litany scan` launches the pending drivers later.
+    #[arg(long)]
+    pub no_wake: bool,
+    /// Refuse deposits too: every change answers `EROFS`.
+    #[arg(long, alias = "ro")]
     pub read_only: bool,
-    /// The page cache's bound.
+    /// The bound of the cache of parsed tool captures, in bytes.
+    #[arg(long, value_name = "N", default_value_t = crate::tree::DEFAULT_PAGE_CACHE_BYTES)]
     pub cache_bytes: usize,
-    /// Confine the view to this agent (`--agent`); its deposits are from it.
+    /// Show only what agent ID may see (its own step records and pending deposits),
+    /// and stamp every deposit `from: ID`. The view a sandboxed agent gets.
+    #[arg(long, value_name = "ID")]
     pub agent: Option<String>,
-    /// Let other users in, with the kernel checking the modes (`default_permissions`).
+    /// Let other users use the mount; the kernel then enforces the modes shown
+    /// (`default_permissions`).
+    #[arg(long)]
     pub allow_other: bool,
-    /// Have `fusermount3` unmount when the daemon dies, however it dies.
+    /// Unmount automatically when the daemon dies, however it dies (via `fusermount3`).
+    #[arg(long)]
     pub auto_unmount: bool,
 }
 
+impl Default for MountOptions {
+    /// The command line's defaults: the options parsed from no arguments.
+    fn default() -> Self {
+        Self::parse_args(std::iter::empty::<OsString>()).unwrap_or_else(|e| e.exit())
+    }
+}
+
 impl MountOptions {
-    /// The options as `litanyfs mount` arguments, for the daemon the parent starts.
-    fn daemon_args(&self) -> Vec<std::ffi::OsString> {
-        let mut a: Vec<std::ffi::OsString> = vec![
-            "--threads".into(),
-            self.threads.to_string().into(),
-            "--sender".into(),
-            self.sender.clone().into(),
-            "--max-message-bytes".into(),
-            self.max_message_bytes.to_string().into(),
-            "--cache-bytes".into(),
-            self.cache_bytes.to_string().into(),
-        ];
-        if let Some(h) = &self.harness {
-            a.push("--harness".into());
-            a.push(h.clone().into());
+    /// The options parsed from `litanyfs mount` arguments (without the program name and
+    /// the positionals).
+    pub fn parse_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        use clap::{Args, FromArgMatches};
+        let cmd = Self::augment_args(clap::Command::new("mount").no_binary_name(true));
+        Self::from_arg_matches(&cmd.try_get_matches_from(args)?)
+    }
+
+    /// The options as `litanyfs mount` arguments: the inverse of [`Self::parse_args`],
+    /// listing each option that differs from its default. The parent passes these to
+    /// the daemon it starts. The destructuring names every field, so a new option does
+    /// not compile until it is passed on.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let Self {
+            foreground,
+            log_file,
+            threads,
+            sender,
+            max_message_bytes,
+            harness,
+            no_wake,
+            read_only,
+            cache_bytes,
+            agent,
+            allow_other,
+            auto_unmount,
+        } = self;
+        let d = Self::default();
+        let mut a = ArgList::default();
+        a.flag("foreground", *foreground);
+        a.value("log_file", log_file.as_ref().map(|p| p.as_os_str()));
+        a.value(
+            "threads",
+            (*threads != d.threads).then(|| threads.to_string()),
+        );
+        a.value("sender", (*sender != d.sender).then_some(sender));
+        a.value(
+            "max_message_bytes",
+            (*max_message_bytes != d.max_message_bytes).then(|| max_message_bytes.to_string()),
+        );
+        a.value("harness", harness.as_ref().map(|p| p.as_os_str()));
+        a.flag("no_wake", *no_wake);
+        a.flag("read_only", *read_only);
+        a.value(
+            "cache_bytes",
+            (*cache_bytes != d.cache_bytes).then(|| cache_bytes.to_string()),
+        );
+        a.value("agent", agent.as_ref());
+        a.flag("allow_other", *allow_other);
+        a.flag("auto_unmount", *auto_unmount);
+        a.0
+    }
+}
+
+/// Arguments being listed by [`MountOptions::to_args`], each named by its field, whose
+/// long option clap derives as the field's name in kebab case.
+#[derive(Default)]
+struct ArgList(Vec<OsString>);
+
+impl ArgList {
+    fn long(field: &str) -> OsString {
+        format!("--{}", field.replace('_', "-")).into()
+    }
+
+    fn flag(&mut self, field: &str, on: bool) {
+        if on {
+            self.0.push(Self::long(field));
         }
-        if !self.wake {
-            a.push("--no-wake".into());
+    }
+
+    fn value(&mut self, field: &str, value: Option<impl AsRef<std::ffi::OsStr>>) {
+        if let Some(v) = value {
+            self.0.push(Self::long(field));
+            self.0.push(v.as_ref().to_os_string());
         }
-        if self.read_only {
-            a.push("--read-only".into());
-        }
-        if let Some(agent) = &self.agent {
-            a.push("--agent".into());
-            a.push(agent.into());
-        }
-        if self.allow_other {
-            a.push("--allow-other".into());
-        }
-        if self.auto_unmount {
-            a.push("--auto-unmount".into());
-        }
-        a
     }
 }
 
@@ -118,6 +208,11 @@ pub enum MountError {
 impl std::fmt::Display for MountError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Self::Workspace(WorkspaceError::Io(p, e))
+                if e.kind() == std::io::ErrorKind::NotFound =>
+            {
+                write!(f, "workspace {} does not exist", p.display())
+            }
             Self::Workspace(e) => write!(f, "{e}"),
             Self::MountpointMissing(p) => write!(f, "mountpoint {} does not exist", p.display()),
             Self::NotADirectory(p) => write!(f, "mountpoint {} is not a directory", p.display()),
@@ -288,13 +383,30 @@ pub fn unmount(mnt: &Path) -> Result<(), MountError> {
         .map_err(|e| MountError::Io(format!("unmounting {}", mnt.display()), e))
 }
 
-/// Where a background daemon logs when `--log-file` is not given.
-pub fn default_log_file(mnt: &Path) -> PathBuf {
-    let state = std::env::var_os("XDG_STATE_HOME")
+/// The directory of the logs of background daemons: `$XDG_STATE_HOME/litanyfs`, else
+/// `$HOME/.local/state/litanyfs`. With neither set (and `HOME` not found in the password
+/// database, see [`crate::helper::settle_environment`]) there is none, and the error says
+/// what to set.
+pub fn log_dir() -> Result<PathBuf, MountError> {
+    std::env::var_os("XDG_STATE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
-        .unwrap_or_else(std::env::temp_dir);
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/state"))
+        })
+        .map(|state| state.join(SUBTYPE))
+        .ok_or_else(|| {
+            MountError::Daemon(
+                "no place for the log: set log_file= (--log-file), HOME or XDG_STATE_HOME".into(),
+            )
+        })
+}
+
+/// Where a background daemon logs when `--log-file` is not given: a file in [`log_dir`]
+/// named after the mountpoint.
+pub fn default_log_file(mnt: &Path) -> Result<PathBuf, MountError> {
     let name: String = mnt
         .to_string_lossy()
         .trim_start_matches('/')
@@ -307,7 +419,7 @@ pub fn default_log_file(mnt: &Path) -> PathBuf {
             }
         })
         .collect();
-    state.join("litanyfs").join(format!("{name}.log"))
+    Ok(log_dir()?.join(format!("{name}.log")))
 }
 
 /// `litanyfs mount` without `--foreground`: checks, starts the daemon, and returns once
@@ -315,10 +427,10 @@ pub fn default_log_file(mnt: &Path) -> PathBuf {
 pub fn spawn_daemon(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<PathBuf, MountError> {
     let (_, mnt) = preflight(ws, mnt)?;
     let ws = std::fs::canonicalize(ws).map_err(|e| MountError::Io(ws.display().to_string(), e))?;
-    let log_path = opts
-        .log_file
-        .clone()
-        .unwrap_or_else(|| default_log_file(&mnt));
+    let log_path = match &opts.log_file {
+        Some(f) => f.clone(),
+        None => default_log_file(&mnt)?,
+    };
     if let Some(dir) = log_path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| MountError::Io(dir.display().to_string(), e))?;
     }
@@ -333,8 +445,14 @@ pub fn spawn_daemon(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<PathBu
     let mut cmd = Command::new(SELF_EXE);
     cmd.arg0(&exe)
         .arg("mount")
-        .arg("--foreground")
-        .args(opts.daemon_args())
+        .args(
+            MountOptions {
+                foreground: true,
+                ..opts.clone()
+            }
+            .to_args(),
+        )
+        .arg("--")
         .arg(&ws)
         .arg(&mnt)
         .env(READY_ENV, "1")
@@ -373,6 +491,14 @@ pub fn spawn_daemon(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<PathBu
     }
 }
 
+/// Tells the service manager how the mount is doing, when one listens (`NOTIFY_SOCKET`,
+/// as under a systemd unit with `Type=notify`); a failure to tell is logged, never fatal.
+fn notify(state: &[NotifyState]) {
+    if let Err(e) = sd_notify::notify(state) {
+        log::warn!("telling the service manager {state:?}: {e}");
+    }
+}
+
 /// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and so in every thread started after
 /// it), and starts a thread that unmounts `mnt` when one arrives.
 fn handle_signals(mnt: PathBuf) {
@@ -396,6 +522,7 @@ fn handle_signals(mnt: PathBuf) {
                     continue;
                 }
                 log::info!("signal {sig}: unmounting {}", mnt.display());
+                notify(&[NotifyState::Stopping, NotifyState::Status("unmounting")]);
                 if let Err(e) = detach(&mnt, false).or_else(|_| detach(&mnt, true)) {
                     log::error!("{}: unmount failed: {e}", mnt.display());
                 }
@@ -521,13 +648,21 @@ fn serve(
         tree = tree.confined_to(agent);
     }
     if !opts.read_only {
+        if !opts.no_wake && crate::deposit::find_harness(opts.harness.as_deref()).is_none() {
+            log::warn!(
+                "no `{}` on PATH ({}): deposits wait in their inbox for the next driver; \
+                 set harness= (--harness) to wake agents",
+                crate::deposit::wake::HARNESS_BIN,
+                std::env::var("PATH").unwrap_or_default()
+            );
+        }
         let depositor = Depositor::new(
             &workspace,
             DepositOptions {
                 max_message_bytes: opts.max_message_bytes,
                 harness: opts.harness.clone(),
                 // A writer's close waits for the deposit, not for the wake.
-                wake: if opts.wake {
+                wake: if !opts.no_wake {
                     WakeMode::Background
                 } else {
                     WakeMode::Off
@@ -544,13 +679,23 @@ fn serve(
     let fs = Fs::new(Arc::new(tree));
     let invalidator = fs.invalidator();
     let mut config = Config::default();
+    // The source is the workspace as an fstab line names it, so `mount -a` and systemd
+    // see the line as mounted.
     config.mount_options = vec![
-        MountOption::FSName(format!("litanyfs:{}", workspace.root().display())),
+        MountOption::FSName(workspace.root().display().to_string()),
         MountOption::Subtype(SUBTYPE.into()),
         MountOption::NoDev,
         MountOption::NoSuid,
         MountOption::NoAtime,
     ];
+    // fuser hands the subtype to fusermount3 only; mounting directly (as root), the
+    // kernel must be told itself, or the type shows as plain `fuse`.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        config
+            .mount_options
+            .push(MountOption::CUSTOM(format!("subtype={SUBTYPE}")));
+    }
     if opts.allow_other {
         config.acl = SessionACL::All;
         config.mount_options.push(MountOption::DefaultPermissions);
@@ -568,6 +713,7 @@ fn serve(
     invalidator.spawn(session.notifier());
     let pipe = ready.take();
     let watched = mnt.clone();
+    let served = workspace.root().to_path_buf();
     let started = std::thread::Builder::new()
         .name("ready".into())
         .spawn(move || match wait_until_mounted(&watched, before_dev) {
@@ -576,6 +722,8 @@ fn serve(
                 if let Some(mut p) = pipe {
                     let _ = writeln!(p, "{READY_LINE}");
                 }
+                let status = format!("serving {} at {}", served.display(), watched.display());
+                notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
             }
             Err(why) => {
                 log::error!("{why}");
@@ -598,12 +746,64 @@ fn serve(
         .run()
         .map_err(|e| MountError::Io(format!("serving {}", mnt.display()), e))?;
     log::info!("{}: unmounted; exiting", mnt.display());
+    notify(&[NotifyState::Stopping]);
     Ok(())
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A value of every option, each different from its default.
+    pub(crate) fn every_option() -> MountOptions {
+        MountOptions {
+            foreground: true,
+            log_file: Some("/var/log/l og".into()),
+            threads: 7,
+            sender: "20261202T094226Z-0122ccc2".into(),
+            max_message_bytes: 123,
+            harness: Some("/opt/litany".into()),
+            no_wake: true,
+            read_only: true,
+            cache_bytes: 456,
+            agent: Some("20261202T094226Z-0122ccc2".into()),
+            allow_other: true,
+            auto_unmount: true,
+        }
+    }
+
+    #[test]
+    fn every_option_reaches_the_daemon() {
+        use clap::{Args, parser::ValueSource};
+        let all = every_option();
+        let args = all.to_args();
+        assert_eq!(MountOptions::parse_args(&args).unwrap(), all, "{args:?}");
+        // Each option was passed, so none equals its default and none is dropped.
+        let cmd = MountOptions::augment_args(clap::Command::new("mount").no_binary_name(true));
+        let matches = cmd.clone().try_get_matches_from(&args).unwrap();
+        for arg in cmd.get_arguments() {
+            assert_eq!(
+                matches.value_source(arg.get_id().as_str()),
+                Some(ValueSource::CommandLine),
+                "--{} is not passed on",
+                arg.get_id()
+            );
+        }
+        assert_eq!(MountOptions::default().to_args(), Vec::<OsString>::new());
+    }
+
+    #[test]
+    fn defaults_are_the_command_lines() {
+        let d = MountOptions::default();
+        assert_eq!(d.threads, DEFAULT_THREADS);
+        assert_eq!(d.sender, crate::workspace::inbox::USER_SENDER);
+        assert_eq!(
+            d.max_message_bytes,
+            crate::deposit::DEFAULT_MAX_MESSAGE_BYTES
+        );
+        assert_eq!(d.cache_bytes, crate::tree::DEFAULT_PAGE_CACHE_BYTES);
+        assert!(!d.foreground && !d.no_wake && !d.read_only && d.agent.is_none());
+    }
 
     #[test]
     fn mountinfo_escapes() {

@@ -267,6 +267,13 @@ impl Filesystem for Fs {
             && config.set_max_stack_depth(2).is_ok();
         self.passthrough.store(passthrough, Ordering::Relaxed);
         log::info!(
+            "{}",
+            crate::kernel::granted(
+                config,
+                WANTED.into_iter().chain([InitFlags::FUSE_PASSTHROUGH])
+            )
+        );
+        log::info!(
             "record reads: {}",
             if passthrough {
                 "kernel passthrough"
