@@ -25,6 +25,11 @@ OUT = ROOT / "target" / "bench"
 MOUNTS = []
 FLOORS = {}
 ROWS = []
+# `--quick`: smaller workspaces and fewer repetitions, for a developer's loop (under two
+# minutes); the figures are then only indicative.
+QUICK = False
+# The walk section's figures, for the scale section's ratios.
+WALK64 = {}
 
 
 def row(name, value, anchor, ratio, target, unit="", note=""):
@@ -245,9 +250,10 @@ def derived_names(steps):
 
 
 def bench_walk(tmp):
-    print("2. os.walk + lstat of 200 agents x 40 steps", flush=True)
+    agents, steps = (40, 20) if QUICK else (200, 40)
+    print(f"2. os.walk + lstat of {agents} agents x {steps} steps", flush=True)
     ws = tmp / "walk"
-    make_workspace(ws, 200, 40)
+    make_workspace(ws, agents, steps)
     native = ws / "steps"
     walk(native)
     nat = statistics.median(timed(walk, native)[0] for _ in range(3))
@@ -259,13 +265,13 @@ def bench_walk(tmp):
     # alternating, so that both see the same host. The last litanyfs mount stays for the
     # warm walk, the RSS and liveness.
     colds, floors = [], []
-    for r in range(3):
+    for r in range(1 if QUICK else 3):
         mnt = tmp / f"walk-mnt{r}"
         mount(ws, mnt)
         cold, n2 = timed(walk, mnt / "steps")
         assert n2 == shown, (n2, shown)
         colds.append(cold)
-        if r < 2:
+        if r < (0 if QUICK else 2):
             unmount(mnt)
         fmnt = tmp / f"walk-floor{r}"
         mount_floor(native, fmnt)
@@ -300,6 +306,7 @@ def bench_walk(tmp):
         same, cross = pingpong((0, 0)), pingpong((0, 1))
         row("wakeup round trip between two processes on different CPUs / on one CPU (pipe ping-pong), us", round(cross * 1e6, 1), round(same * 1e6, 1), round(cross / same, 1), None, " us", "what a FUSE round trip costs when the server thread and the caller sit on different CPUs")
     row("cold walk: litanyfs / FUSE floor", round(cold / floor, 2), 1, round(cold / floor, 2), None, "x", "litanyfs's own share of the cold walk")
+    WALK64.update(cold=cold / nat, warm=None, entries=shown)
     def grep(root):
         t = time.perf_counter()
         subprocess.run(["grep", "-r", "-c", "no such text", str(root)], capture_output=True)
@@ -309,6 +316,7 @@ def bench_walk(tmp):
     nfiles = sum(len(files) for _, _, files in os.walk(native))
     row(f"grep -r over every record ({nfiles} files), warm entries, s", round(gmnt, 3), round(gnat, 3), round(gmnt / gnat, 1), None, " s", "one open (and an asynchronous release) per file: the read itself is passthrough")
     row("warm walk, s", round(warm, 3), round(nat, 3), round(warm / nat, 2), lambda r: r <= 1.2, " s")
+    WALK64.update(warm=warm / nat, grep=gmnt / gnat)
     rss = peak_rss_mib(pid) if pid else None
     row("daemon peak RSS after the walk", rss, 100, None if rss is None else round(rss / 100, 2), lambda r: r is not None and r <= 1.0, " MiB")
     # Liveness: an append in the backing tree, seen through the mount.
@@ -329,6 +337,52 @@ def bench_walk(tmp):
     d = statistics.median(delays) * 1000
     row("append visible after, ms (median of 20)", round(d, 2), 1000, round(d / 1000, 4), lambda r: r <= 1.0, " ms", f"max {round(max(delays) * 1000, 2)} ms")
     unmount(mnt)
+
+
+def bench_scale(tmp):
+    """The walk section at 10x the workspace: the ratios to native should stay within 10%
+    of the 64k figures, and the daemon's peak RSS at most 150 MiB."""
+    agents, steps = 2000, 40
+    print(f"7. scale: {agents} agents x {steps} steps", flush=True)
+    ws = tmp / "scale"
+    t = time.perf_counter()
+    make_workspace(ws, agents, steps)
+    print(f"  (workspace made in {time.perf_counter() - t:.0f} s)", flush=True)
+    native = ws / "steps"
+    walk(native)
+    nat = statistics.median(timed(walk, native)[0] for _ in range(2))
+    count = walk(native)
+    shown = count + derived_names(native)
+    mnt = tmp / "scale-mnt"
+    mount(ws, mnt)
+    cold, n = timed(walk, mnt / "steps")
+    assert n == shown, (n, shown)
+    warm = timed(walk, mnt / "steps")[0]
+    fmnt = tmp / "scale-floor"
+    mount_floor(native, fmnt)
+    floor = timed(walk, fmnt)[0]
+    unmount_floor(fmnt)
+    ref = lambda k: "" if not WALK64.get(k) else f"; at 64k: {round(WALK64[k], 2)}x"
+    row(f"scale: cold walk of {shown} entries, s", round(cold, 2), round(nat, 2), round(cold / nat, 2), None, " s", f"FUSE floor {round(floor, 2)} s ({round(floor / nat, 2)}x){ref('cold')}")
+    row("scale: warm walk, s", round(warm, 2), round(nat, 2), round(warm / nat, 2), None, " s", ref("warm").lstrip("; "))
+    def grep(root):
+        t = time.perf_counter()
+        subprocess.run(["grep", "-r", "-c", "no such text", str(root)], capture_output=True)
+        return time.perf_counter() - t
+    gnat, gmnt = grep(native), grep(mnt / "steps")
+    row("scale: grep -r over every record, warm entries, s", round(gmnt, 2), round(gnat, 2), round(gmnt / gnat, 1), None, " s", ref("grep").lstrip("; "))
+    def inboxes(root):
+        t = time.perf_counter()
+        n = sum(len(os.listdir(e.path)) for e in os.scandir(root))
+        return time.perf_counter() - t, n
+    inat = inboxes(ws / "inbox")[0]
+    imnt = statistics.median(inboxes(mnt / "inbox")[0] for _ in range(3))
+    row(f"scale: listing every inbox ({agents}), s", round(imnt, 3), round(inat, 3), round(imnt / inat, 1), None, " s", "what a status view reads")
+    pid = daemon_pid(mnt)
+    rss = peak_rss_mib(pid) if pid else None
+    row("scale: daemon peak RSS", rss, 150, None if rss is None else round(rss / 150, 2), lambda r: r is not None and r <= 1.0, " MiB")
+    unmount(mnt)
+    shutil.rmtree(ws, ignore_errors=True)
 
 
 def bench_refs(tmp):
@@ -509,12 +563,19 @@ def bench_deposits(tmp):
 
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
-    only = set(sys.argv[1:])
+    global QUICK
+    args = sys.argv[1:]
+    QUICK = "--quick" in args
+    only = {a for a in args if not a.startswith("--")}
     tmp = Path(tempfile.mkdtemp(prefix="litanyfs-bench-"))
     started = time.time()
     try:
-        for name, f in [("seq", bench_sequential), ("walk", bench_walk), ("paging", bench_paging), ("deposits", bench_deposits), ("refs", bench_refs)]:
+        sections = [("seq", bench_sequential), ("walk", bench_walk), ("paging", bench_paging), ("deposits", bench_deposits), ("refs", bench_refs), ("scale", bench_scale)]
+        for name, f in sections:
             if only and name not in only:
+                continue
+            # The scale section takes minutes: a full run has it, a quick one does not.
+            if QUICK and name == "scale" and name not in only:
                 continue
             try:
                 f(tmp)
