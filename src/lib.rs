@@ -12,6 +12,7 @@ pub mod fixture;
 pub mod fs;
 pub mod mount;
 pub mod paging;
+pub mod records;
 pub mod tree;
 pub mod watch;
 pub mod workspace;
