@@ -10,27 +10,27 @@
 //!   The one exception is `closed`: once the caller says nobody appends any more, a
 //!   half-stream note (and a cut last line) is added at the end.
 //! - *Incremental.* A call renders only the lines appended since the last one for the
-//!   same inode; a shrunk or rewritten file is rendered afresh. A read at any offset
-//!   renders again from the nearest checkpoint at or before it, at most
-//!   [`CHECKPOINT_BYTES`] of output away, and reads in the last stretch are served from
-//!   memory. The cost of an append is the cost of rendering it.
+//!   same inode; a shrunk or rewritten file is rendered afresh. The cost of an append is
+//!   the cost of rendering it.
 //! - *Exact sizes.* [`Records::response_len`] is the length that reads will return, from
 //!   the one rendering pass; nothing is rendered twice to know it.
 //! - *Faithful.* Events are read and folded as litany reads and folds them (see
-//!   [`response`]), so every text block's text is byte-identical to the block litany
+//!   `response.rs`), so every text block's text is byte-identical to the block litany
 //!   commits, and every tool input is equal, as JSON, to the committed one. A line that
 //!   does not parse is shown, with its number, and rendering goes on: never an `EIO`.
 //! - *Bounded.* Renderings and transcripts share one byte budget, least recently used
-//!   first out. A response rendering costs its checkpoints and the bytes since the last
-//!   one, a transcript its bytes.
+//!   first out.
 //!
-//! **Why checkpoints and not the rendered bytes.** A rendering is usually smaller than
-//! its `response.json` (a text delta line is ~70 bytes for a few bytes of text), but not
-//! always: pretty-printing a deeply nested tool input multiplies it. Checkpoints keep
-//! memory proportional to the number of checkpoints whatever the rendering's size, and
-//! the last stretch, which is what `tail -f` and the size ask about, stays in memory.
+//! **What is kept.** A rendering no longer than an eighth of the budget is held whole,
+//! so reads copy bytes (a text-delta line is ~70 bytes for a few bytes of text, so a
+//! 50 MB `response.json` renders to ~4 MB). A longer one keeps a checkpoint (raw offset,
+//! rendered offset, fold) every [`CHECKPOINT_BYTES`] of output and the bytes since the
+//! last, and a read elsewhere renders again from the checkpoint at or before it, or from
+//! where the previous read stopped, so `cat` costs one pass. Holding every rendering
+//! whole would be simpler, but pretty-printing a deeply nested tool input multiplies its
+//! size, and checkpoints keep memory bounded whatever the rendering's size.
 //!
-//! **The format** (stable; [`format`] is its one home). Every section is a header line,
+//! **The format** (stable; `format.rs` is its one home). Every section is a header line,
 //! a blank line, a body if it has one, and a blank line. Text and thinking bodies are
 //! verbatim; tool inputs are fenced (`sh` for a `bash` command, else pretty `json`), with
 //! a fence longer than any backtick run inside. `response.md`, one attempt per `bz` run:
@@ -115,9 +115,13 @@ use crate::workspace::refs::{GitError, Refs};
 use response::Rendering;
 use transcript::Transcript;
 
-/// Rendered bytes between two checkpoints of a `response.md`. A read re-renders at most
-/// this much before the bytes it wants, about 1 ms of work for text deltas.
+/// Rendered bytes between two checkpoints of a `response.md` not held whole. A read
+/// re-renders at most this much before the bytes it wants, under 1 ms for text deltas.
 pub const CHECKPOINT_BYTES: u64 = 64 * 1024;
+
+/// A rendering up to 1/`KEEP_SHARE` of the budget is held whole, so reads of it copy
+/// bytes; a longer one holds its checkpoints and the bytes since the last.
+const KEEP_SHARE: usize = 8;
 
 /// What a cache slot is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -215,6 +219,7 @@ impl Lru {
 pub struct Records {
     budget: usize,
     interval: u64,
+    keep: u64,
     lru: Mutex<Lru>,
 }
 
@@ -227,11 +232,22 @@ impl Records {
     /// A cache with a checkpoint every `interval` rendered bytes (small ones are for
     /// tests).
     pub fn with_checkpoint_interval(max_bytes: usize, interval: u64) -> Self {
+        Self::with_limits(max_bytes, interval, (max_bytes / KEEP_SHARE) as u64)
+    }
+
+    /// A cache that holds a rendering whole while it is at most `keep` bytes long.
+    pub(crate) fn with_limits(max_bytes: usize, interval: u64, keep: u64) -> Self {
         Records {
             budget: max_bytes,
             interval: interval.max(1),
+            keep,
             lru: Mutex::new(Lru::default()),
         }
+    }
+
+    /// The longest rendering held whole.
+    fn keep(&self) -> u64 {
+        self.keep
     }
 
     /// Bytes held now, by the cache's own accounting.
@@ -251,7 +267,7 @@ impl Records {
         file: &File,
         key: CaptureKey,
         closed: bool,
-        f: impl FnOnce(&Rendering) -> io::Result<T>,
+        f: impl FnOnce(&mut Rendering) -> io::Result<T>,
     ) -> io::Result<T> {
         let slot = Key::Response(key.dev, key.ino);
         let rendering = {
@@ -259,7 +275,7 @@ impl Records {
             match lru.get(slot) {
                 Some(Value::Response(r)) => r,
                 _ => {
-                    let r = Arc::new(Mutex::new(Rendering::new(self.interval)));
+                    let r = Arc::new(Mutex::new(Rendering::new(self.interval, self.keep())));
                     lru.insert(slot, Value::Response(Arc::clone(&r)), 0);
                     r
                 }
@@ -267,10 +283,10 @@ impl Records {
         };
         let (result, cost) = {
             let mut r = rendering.lock();
-            let result = r.sync(file, key, closed).and_then(|()| f(&r));
+            let result = r.sync(file, key, closed).and_then(|()| f(&mut r));
             if result.is_err() {
                 // A failed read may have left the rendering half done: start over.
-                *r = Rendering::new(self.interval);
+                *r = Rendering::new(self.interval, self.keep());
             }
             (result, r.cost())
         };

@@ -3,10 +3,11 @@
 //! [`Fold`] is the renderer's whole state between two lines. [`Fold::feed_line`] takes
 //! one complete line and appends its rendering, so the rendering of a prefix of complete
 //! lines is a prefix of the rendering of any longer one. [`Rendering`] drives the fold
-//! over a file: it renders each complete line once, keeps a [`Checkpoint`] (raw offset,
-//! rendered offset, fold) every `interval` rendered bytes and the bytes rendered since
-//! the last one, and serves a read anywhere by rendering again from the checkpoint at or
-//! before it.
+//! over a file: it renders each complete line once and holds the output whole while it
+//! is short; past that it keeps a [`Checkpoint`] (raw offset, rendered offset, fold)
+//! every `interval` rendered bytes and the bytes since the last one, and serves a read by
+//! rendering again from the checkpoint at or before it, or from the [`Cursor`] where the
+//! previous read stopped.
 //!
 //! The events are read as litany reads them (`serde_json::from_slice::<brazen::Event>`)
 //! and folded as litany's staging writer folds them: one block at a time, whatever its
@@ -19,7 +20,6 @@
 //! writes for them is matched without building an event ([`fast_delta`]); anything else
 //! takes serde's path, which accepts and refuses the same lines.
 
-use std::borrow::Cow;
 use std::fs::File;
 use std::io;
 use std::ops::ControlFlow;
@@ -164,56 +164,147 @@ fn str_at<'v>(v: &'v Value, key: &str) -> &'v str {
 }
 
 /// What brazen writes for a text, JSON or thinking delta, up to the index digits.
-const DELTA_HEAD: &[u8] = br#"{"type":"content_delta","index":"#;
+const DELTA_HEAD: &[u8; 32] = br#"{"type":"content_delta","index":"#;
 /// Between the index and the delta's tag.
-const DELTA_MID: &[u8] = br#","delta":{""#;
+const DELTA_MID: &[u8; 11] = br#","delta":{""#;
 /// After the delta's string.
-const DELTA_TAIL: &[u8] = br#""}}"#;
+const DELTA_TAIL: &[u8; 3] = br#""}}"#;
+
+/// `line[at..at + N] == *want`, compared as one fixed-size array.
+fn has<const N: usize>(line: &[u8], at: usize, want: &[u8; N]) -> bool {
+    line.get(at..at + N)
+        .and_then(|s| <&[u8; N]>::try_from(s).ok())
+        .is_some_and(|s| s == want)
+}
 
 /// The delta a line carries, when the line has exactly the compact shape brazen writes:
 /// `{"type":"content_delta","index":N,"delta":{"<tag>_delta":"…"}}`. `None` sends the
-/// line to serde, which then decides (so a line this refuses is never lost).
-fn fast_delta(line: &[u8]) -> Option<(DeltaTag, Cow<'_, str>)> {
-    let rest = line.strip_prefix(DELTA_HEAD)?;
+/// line to serde, which then decides (so a line this declines is never lost).
+fn fast_delta(line: &[u8]) -> Option<(DeltaTag, Body<'_>)> {
+    if !has(line, 0, DELTA_HEAD) || !has(line, line.len().checked_sub(3)?, DELTA_TAIL) {
+        return None;
+    }
+    // The index: what serde_json reads as a u32 (no leading zero, at most u32::MAX).
+    let rest = &line[DELTA_HEAD.len()..line.len() - DELTA_TAIL.len()];
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    // serde_json refuses leading zeros; u32 has at most 10 digits.
     if digits == 0 || digits > 10 || (digits > 1 && rest[0] == b'0') {
         return None;
     }
-    let index: u64 = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
-    u32::try_from(index).ok()?;
-    let rest = rest[digits..].strip_prefix(DELTA_MID)?;
-    let (tag, rest) = [
-        ("text_delta", DeltaTag::Text),
-        ("json_delta", DeltaTag::Json),
-        ("thinking_delta", DeltaTag::Thinking),
-    ]
-    .into_iter()
-    .find_map(|(name, tag)| {
-        let r = rest.strip_prefix(name.as_bytes())?.strip_prefix(b"\":\"")?;
-        Some((tag, r))
-    })?;
-    let body = rest.strip_suffix(DELTA_TAIL)?;
-    if memchr::memchr2(b'"', b'\\', body).is_none() {
-        // No escapes: the string is the bytes, if they are UTF-8 without control bytes.
-        if body.iter().fold(false, |bad, b| bad | (*b < 0x20)) {
-            return None;
-        }
-        return std::str::from_utf8(body)
-            .ok()
-            .map(|s| (tag, Cow::Borrowed(s)));
+    let index = rest[..digits]
+        .iter()
+        .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    if index > u64::from(u32::MAX) || !has(rest, digits, DELTA_MID) {
+        return None;
     }
-    // Escapes: the quoted string is decoded by serde_json itself.
-    let quoted = &line[line.len() - DELTA_TAIL.len() - body.len() - 1..line.len() - 2];
-    serde_json::from_slice::<String>(quoted)
-        .ok()
-        .map(|s| (tag, Cow::Owned(s)))
+    let rest = &rest[digits + DELTA_MID.len()..];
+    let (tag, skip) = if has(rest, 0, b"text_delta\":\"") {
+        (DeltaTag::Text, 13)
+    } else if has(rest, 0, b"json_delta\":\"") {
+        (DeltaTag::Json, 13)
+    } else if has(rest, 0, b"thinking_delta\":\"") {
+        (DeltaTag::Thinking, 17)
+    } else {
+        return None;
+    };
+    let body = &rest[skip..];
+    // One pass: plain ASCII is the string itself.
+    let (mut special, mut wide) = (false, false);
+    for b in body {
+        special |= *b < 0x20 || *b == b'"' || *b == b'\\';
+        wide |= *b >= 0x80;
+    }
+    if wide {
+        std::str::from_utf8(body).ok()?;
+    }
+    Some((
+        tag,
+        if special {
+            Body::Escaped(body)
+        } else {
+            Body::Plain(body)
+        },
+    ))
+}
+
+/// A delta's string as it stands in the line: UTF-8, with or without escapes.
+#[derive(Debug, Clone, Copy)]
+enum Body<'l> {
+    /// The bytes are the text.
+    Plain(&'l [u8]),
+    /// To be decoded by [`unescape`], which may still refuse it.
+    Escaped(&'l [u8]),
+}
+
+/// The contents of a JSON string (without its quotes) decoded as serde_json decodes
+/// them into a `String`; `None` for anything serde_json refuses (a control byte, a bare
+/// quote, an unknown escape, a lone surrogate), which then goes to serde for its message.
+fn unescape(body: &[u8], out: &mut Vec<u8>) -> Option<()> {
+    let mark = out.len();
+    let decoded = unescape_chars(std::str::from_utf8(body).ok()?, out);
+    if decoded.is_none() {
+        out.truncate(mark);
+    }
+    decoded
+}
+
+/// [`unescape`]'s decoding, appending to `out` (left half written on failure).
+fn unescape_chars(body: &str, out: &mut Vec<u8>) -> Option<()> {
+    let mut chars = body.chars();
+    let hex = |chars: &mut std::str::Chars<'_>| -> Option<u32> {
+        let mut n = 0;
+        for _ in 0..4 {
+            n = n * 16 + chars.next()?.to_digit(16)?;
+        }
+        Some(n)
+    };
+    while let Some(c) = chars.next() {
+        let decoded = match c {
+            '"' => return None,
+            c if u32::from(c) < 0x20 => return None,
+            '\\' => match chars.next()? {
+                '"' => '"',
+                '\\' => '\\',
+                '/' => '/',
+                'b' => '\u{8}',
+                'f' => '\u{c}',
+                'n' => '\n',
+                'r' => '\r',
+                't' => '\t',
+                'u' => {
+                    let n = hex(&mut chars)?;
+                    let code = match n {
+                        0xD800..=0xDBFF => {
+                            if chars.next()? != '\\' || chars.next()? != 'u' {
+                                return None;
+                            }
+                            let low = hex(&mut chars)?;
+                            if !(0xDC00..=0xDFFF).contains(&low) {
+                                return None;
+                            }
+                            0x10000 + ((n - 0xD800) << 10) + (low - 0xDC00)
+                        }
+                        0xDC00..=0xDFFF => return None,
+                        n => n,
+                    };
+                    char::from_u32(code)?
+                }
+                _ => return None,
+            },
+            c => c,
+        };
+        let mut buf = [0; 4];
+        out.extend_from_slice(decoded.encode_utf8(&mut buf).as_bytes());
+    }
+    Some(())
 }
 
 /// Whether `line` is read by the fast path (for tests that hold the two paths equal).
 #[cfg(test)]
 pub(super) fn takes_fast_path(line: &[u8]) -> bool {
-    fast_delta(line).is_some()
+    match fast_delta(line) {
+        Some((_, Body::Escaped(text))) => unescape(text, &mut Vec::new()).is_some(),
+        found => found.is_some(),
+    }
 }
 
 /// The block being streamed (litany keeps exactly one).
@@ -223,7 +314,7 @@ enum Block {
     /// the block; its next delta opens it again under a `(continued)` header.
     Prose { kind: Prose, shown: bool },
     /// A tool call: shown whole when it stops, from its joined input.
-    Call { name: String, json: String },
+    Call { name: String, json: Vec<u8> },
     /// An image: only its size is shown.
     Image { base64: u64 },
     /// Named at its start; nothing streams into it.
@@ -277,11 +368,45 @@ impl Fold {
         if line.is_empty() {
             return;
         }
-        if let Some((tag, text)) = fast_delta(line) {
-            self.attempt(out);
-            self.delta(tag, &text, out);
+        if let Some((tag, body)) = fast_delta(line) {
+            // The common case first: more text for the text block being shown, written
+            // straight to the page.
+            if let Some(Attempt {
+                block: Some(Block::Prose { kind, shown: true }),
+                ..
+            }) = &self.open
+                && *kind == Prose::Text
+                && tag == DeltaTag::Text
+            {
+                match body {
+                    Body::Plain(text) => out.extend_from_slice(text),
+                    Body::Escaped(text) => {
+                        if unescape(text, out).is_none() {
+                            self.slow_line(line, out);
+                        }
+                    }
+                }
+                return;
+            }
+            let mut text = Vec::new();
+            let text = match body {
+                Body::Plain(text) => text,
+                Body::Escaped(escaped) => {
+                    if unescape(escaped, &mut text).is_none() {
+                        self.slow_line(line, out);
+                        return;
+                    }
+                    &text
+                }
+            };
+            self.delta(tag, text, out);
             return;
         }
+        self.slow_line(line, out);
+    }
+
+    /// A line read as litany reads it, by serde.
+    fn slow_line(&mut self, line: &[u8], out: &mut Vec<u8>) {
         match serde_json::from_slice::<Event>(line) {
             Ok(event) => self.event(event, out),
             Err(e) => {
@@ -336,7 +461,7 @@ impl Fold {
                 self.attempt(out);
                 let Some(tag) = tag_of(&delta) else { return };
                 let tagged = DeltaTag::of(tag);
-                let text = str_at(&delta, tag).to_string();
+                let text = str_at(&delta, tag).as_bytes().to_vec();
                 self.delta(tagged, &text, out);
             }
             Event::ContentStop { .. } => {
@@ -414,7 +539,7 @@ impl Fold {
                 format::call(out, BLOCK, tag, name, str_at(body, "id"));
                 Block::Call {
                     name: name.to_string(),
-                    json: String::new(),
+                    json: Vec::new(),
                 }
             }
             "image" => {
@@ -447,7 +572,8 @@ impl Fold {
         }
     }
 
-    fn delta(&mut self, tag: DeltaTag, text: &str, out: &mut Vec<u8>) {
+    /// A delta's text (UTF-8) for the open block.
+    fn delta(&mut self, tag: DeltaTag, text: &[u8], out: &mut Vec<u8>) {
         let line = self.line;
         let attempt = self.attempt(out);
         match (&mut attempt.block, tag) {
@@ -458,9 +584,9 @@ impl Fold {
                     format::prose(out, BLOCK, *kind, true);
                     *shown = true;
                 }
-                out.extend_from_slice(text.as_bytes());
+                out.extend_from_slice(text);
             }
-            (Some(Block::Call { json, .. }), DeltaTag::Json) => json.push_str(text),
+            (Some(Block::Call { json, .. }), DeltaTag::Json) => json.extend_from_slice(text),
             (Some(Block::Image { base64 }), DeltaTag::Image) => *base64 += text.len() as u64,
             (Some(Block::Opaque), _) | (_, DeltaTag::Opaque | DeltaTag::Image) => {}
             (_, DeltaTag::Text | DeltaTag::Json | DeltaTag::Thinking) => {
@@ -499,11 +625,18 @@ impl Fold {
                 let input = if json.is_empty() {
                     Ok(Value::Object(Default::default()))
                 } else {
-                    serde_json::from_str::<Value>(&json)
+                    serde_json::from_slice::<Value>(&json)
                 };
                 match input {
                     Ok(input) => format::call_input(out, &name, &input),
-                    Err(e) => format::bad_input(out, BLOCK, &e.to_string(), &json),
+                    Err(e) => {
+                        format::bad_input(
+                            out,
+                            BLOCK,
+                            &e.to_string(),
+                            &String::from_utf8_lossy(&json),
+                        );
+                    }
                 }
             }
             Block::Image { base64 } => {
@@ -565,33 +698,36 @@ fn each_line(
     limit: u64,
     mut f: impl FnMut(&[u8], u64) -> ControlFlow<()>,
 ) -> io::Result<u64> {
-    let mut buf: Vec<u8> = Vec::new();
-    // File offset of buf[0]; bytes of buf already searched for a newline.
-    let (mut base, mut searched) = (from, 0usize);
+    let mut buf = vec![0u8; CHUNK];
+    // File offset of buf[0]; bytes of buf that hold data; of those, bytes searched.
+    let (mut base, mut filled, mut searched) = (from, 0usize, 0usize);
     let mut consumed = from;
-    while base + (buf.len() as u64) < limit {
-        let at = base + buf.len() as u64;
-        let want = usize::try_from(limit - at).map_or(CHUNK, |w| w.min(CHUNK));
-        let old = buf.len();
-        buf.resize(old + want, 0);
-        let n = read_at(file, &mut buf[old..], at)?;
-        buf.truncate(old + n);
+    while base + (filled as u64) < limit {
+        if filled == buf.len() {
+            // One line longer than the buffer: make room for more of it.
+            buf.resize(buf.len() * 2, 0);
+        }
+        let at = base + filled as u64;
+        let room =
+            usize::try_from(limit - at).map_or(buf.len() - filled, |w| w.min(buf.len() - filled));
+        let n = read_at(file, &mut buf[filled..filled + room], at)?;
         if n == 0 {
             break;
         }
+        filled += n;
         let mut start = 0;
-        while let Some(i) = memchr::memchr(b'\n', &buf[searched..]) {
+        for i in memchr::memchr_iter(b'\n', &buf[searched..filled]) {
             let end = searched + i;
             consumed = base + end as u64 + 1;
             if f(&buf[start..end], consumed).is_break() {
                 return Ok(consumed);
             }
             start = end + 1;
-            searched = start;
         }
-        buf.drain(..start);
+        buf.copy_within(start..filled, 0);
         base += start as u64;
-        searched = buf.len();
+        filled -= start;
+        searched = filled;
     }
     Ok(consumed)
 }
@@ -605,6 +741,15 @@ struct Checkpoint {
     fold: Fold,
 }
 
+/// Where the last re-rendering stopped: a checkpoint, plus the rendering of the line
+/// before it (`pending`, ending at `at.rendered`), so a sequential reader carries on
+/// from there instead of from a checkpoint behind it.
+#[derive(Debug, Clone)]
+struct Cursor {
+    at: Checkpoint,
+    pending: Vec<u8>,
+}
+
 /// How many bytes at each end of the rendered prefix are compared to tell an append from
 /// a rewrite.
 const PROBE_BYTES: usize = 64;
@@ -613,6 +758,8 @@ const PROBE_BYTES: usize = 64;
 #[derive(Debug)]
 pub(super) struct Rendering {
     interval: u64,
+    /// A rendering no longer than this is held whole.
+    keep: u64,
     /// The last key synced to.
     key: Option<CaptureKey>,
     /// End of the last complete line rendered.
@@ -624,16 +771,22 @@ pub(super) struct Rendering {
     fold: Fold,
     /// Restart points, the first at the start of the file.
     checkpoints: Vec<Checkpoint>,
-    /// Rendered bytes since the last checkpoint.
-    tail: Vec<u8>,
+    /// Rendered bytes `[held_from, body_len)`: all of them while the rendering is at most
+    /// `keep` long, else those since the last checkpoint.
+    held: Vec<u8>,
+    held_from: u64,
+    cursor: Option<Cursor>,
     /// The closing rendering, for the size it was computed at.
     epilogue: Option<(u64, Vec<u8>)>,
 }
 
 impl Rendering {
-    pub(super) fn new(interval: u64) -> Self {
+    /// An empty rendering with a checkpoint every `interval` rendered bytes, held whole
+    /// while it is at most `keep` bytes long.
+    pub(super) fn new(interval: u64, keep: u64) -> Self {
         Rendering {
             interval: interval.max(1),
+            keep,
             key: None,
             raw_end: 0,
             head: Vec::new(),
@@ -644,19 +797,16 @@ impl Rendering {
                 rendered: 0,
                 fold: Fold::default(),
             }],
-            tail: Vec::new(),
+            held: Vec::new(),
+            held_from: 0,
+            cursor: None,
             epilogue: None,
         }
     }
 
     /// Rendered bytes of the complete lines.
     fn body_len(&self) -> u64 {
-        self.last().rendered + self.tail.len() as u64
-    }
-
-    fn last(&self) -> &Checkpoint {
-        // `new` puts one checkpoint in, and none is ever removed.
-        &self.checkpoints[self.checkpoints.len() - 1]
+        self.held_from + self.held.len() as u64
     }
 
     /// The exact length of the rendering.
@@ -666,17 +816,18 @@ impl Rendering {
 
     /// Bytes this rendering holds, by its own accounting.
     pub(super) fn cost(&self) -> usize {
+        let checkpoint = |c: &Checkpoint| std::mem::size_of::<Checkpoint>() + c.fold.heap_bytes();
         std::mem::size_of::<Self>()
-            + self.tail.capacity()
+            + self.held.capacity()
             + self.head.capacity()
             + self.probe.capacity()
             + self.fold.heap_bytes()
             + self.epilogue.as_ref().map_or(0, |(_, e)| e.capacity())
+            + self.checkpoints.iter().map(checkpoint).sum::<usize>()
             + self
-                .checkpoints
-                .iter()
-                .map(|c| std::mem::size_of::<Checkpoint>() + c.fold.heap_bytes())
-                .sum::<usize>()
+                .cursor
+                .as_ref()
+                .map_or(0, |c| checkpoint(&c.at) + c.pending.capacity())
     }
 
     /// Brings the rendering up to the file `key` describes: the lines appended since the
@@ -685,7 +836,7 @@ impl Rendering {
     pub(super) fn sync(&mut self, file: &File, key: CaptureKey, closed: bool) -> io::Result<()> {
         if self.key != Some(key) {
             if !self.continues(file, key)? {
-                *self = Rendering::new(self.interval);
+                *self = Rendering::new(self.interval, self.keep);
             }
             self.render_to(file, key.size)?;
             self.key = Some(key);
@@ -722,24 +873,33 @@ impl Rendering {
 
     /// Renders the complete lines between `raw_end` and `limit`.
     fn render_to(&mut self, file: &File, limit: u64) -> io::Result<()> {
-        let interval = self.interval;
+        let (interval, keep) = (self.interval, self.keep);
         let Rendering {
             fold,
             checkpoints,
-            tail,
+            held,
+            held_from,
             raw_end,
             ..
         } = self;
+        let mut since =
+            held.len() as u64 + *held_from - checkpoints[checkpoints.len() - 1].rendered;
         *raw_end = each_line(file, *raw_end, limit, |line, end| {
-            fold.feed_line(line, tail);
-            if tail.len() as u64 >= interval {
-                let rendered = checkpoints[checkpoints.len() - 1].rendered + tail.len() as u64;
+            let before = held.len();
+            fold.feed_line(line, held);
+            since += (held.len() - before) as u64;
+            if since >= interval {
+                let rendered = *held_from + held.len() as u64;
                 checkpoints.push(Checkpoint {
                     raw: end,
                     rendered,
                     fold: fold.clone(),
                 });
-                tail.clear();
+                since = 0;
+                if rendered > keep {
+                    held.clear();
+                    *held_from = rendered;
+                }
             }
             ControlFlow::Continue(())
         })?;
@@ -750,7 +910,7 @@ impl Rendering {
     }
 
     /// Bytes `[offset, offset + len)` of the rendering, cut short at its end.
-    pub(super) fn read(&self, file: &File, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+    pub(super) fn read(&mut self, file: &File, offset: u64, len: u64) -> io::Result<Vec<u8>> {
         let end = offset.saturating_add(len).min(self.len());
         if offset >= end {
             return Ok(Vec::new());
@@ -759,12 +919,11 @@ impl Rendering {
         let mut got = Vec::with_capacity(want);
         let body = self.body_len();
         if offset < body {
-            let last = self.last();
-            if offset >= last.rendered {
-                let from = usize::try_from(offset - last.rendered).map_err(io::Error::other)?;
+            if offset >= self.held_from {
+                let from = usize::try_from(offset - self.held_from).map_err(io::Error::other)?;
                 let to =
-                    usize::try_from(end.min(body) - last.rendered).map_err(io::Error::other)?;
-                got.extend_from_slice(&self.tail[from..to]);
+                    usize::try_from(end.min(body) - self.held_from).map_err(io::Error::other)?;
+                got.extend_from_slice(&self.held[from..to]);
             } else {
                 self.rerender(file, offset, end.min(body), &mut got)?;
             }
@@ -779,29 +938,60 @@ impl Rendering {
         Ok(got)
     }
 
-    /// Renders `[offset, end)` of the body again, from the checkpoint at or before it.
-    fn rerender(&self, file: &File, offset: u64, end: u64, got: &mut Vec<u8>) -> io::Result<()> {
+    /// Renders `[offset, end)` of the body again, from the cursor when a reader left it
+    /// at or before `offset`, else from the checkpoint at or before it.
+    fn rerender(
+        &mut self,
+        file: &File,
+        offset: u64,
+        end: u64,
+        got: &mut Vec<u8>,
+    ) -> io::Result<()> {
         let k = self.checkpoints.partition_point(|c| c.rendered <= offset);
-        let start = &self.checkpoints[k.saturating_sub(1)];
-        let mut fold = start.fold.clone();
-        let mut at = start.rendered;
+        let mut start = self.checkpoints[k.saturating_sub(1)].clone();
         let mut scratch = Vec::new();
-        each_line(file, start.raw, self.raw_end, |line, _| {
-            scratch.clear();
-            fold.feed_line(line, &mut scratch);
-            let (lo, hi) = (at, at + scratch.len() as u64);
+        if let Some(cursor) = self.cursor.take() {
+            let from = cursor.at.rendered - cursor.pending.len() as u64;
+            if from <= offset && cursor.at.rendered > start.rendered {
+                scratch = cursor.pending;
+                start = cursor.at;
+            }
+        }
+        let copy = |chunk: &[u8], lo: u64, got: &mut Vec<u8>| {
+            let hi = lo + chunk.len() as u64;
             if hi > offset && lo < end {
                 let from = (offset.max(lo) - lo) as usize;
                 let to = (end.min(hi) - lo) as usize;
-                got.extend_from_slice(&scratch[from..to]);
+                got.extend_from_slice(&chunk[from..to]);
             }
-            at = hi;
-            if at >= end {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        })?;
+        };
+        copy(&scratch, start.rendered - scratch.len() as u64, got);
+        let Checkpoint {
+            mut raw,
+            rendered: mut at,
+            mut fold,
+        } = start;
+        if at < end {
+            raw = each_line(file, raw, self.raw_end, |line, _| {
+                scratch.clear();
+                fold.feed_line(line, &mut scratch);
+                copy(&scratch, at, got);
+                at += scratch.len() as u64;
+                if at >= end {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })?;
+        }
+        self.cursor = Some(Cursor {
+            at: Checkpoint {
+                raw,
+                rendered: at,
+                fold,
+            },
+            pending: scratch,
+        });
         Ok(())
     }
 }

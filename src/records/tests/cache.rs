@@ -73,7 +73,7 @@ fn stream() -> Vec<u8> {
 fn appends_grow_the_rendering_and_never_change_what_was_shown() {
     let bytes = stream();
     let r = Response::new();
-    let records = Records::with_checkpoint_interval(1 << 20, 64);
+    let records = Records::with_limits(1 << 20, 64, 256);
     let mut shown = Vec::new();
     // Append in uneven pieces, many of them cut inside a multi-byte character.
     let mut at = 0;
@@ -121,8 +121,8 @@ fn reads_anywhere_match_the_whole_rendering() {
     let whole = render_all(&bytes);
     let r = Response::new();
     r.append(&bytes);
-    for interval in [1, 7, 64, 1 << 20] {
-        let records = Records::with_checkpoint_interval(1 << 20, interval);
+    for (interval, keep) in [(1, 0), (7, 100), (64, 0), (64, 1 << 20), (1 << 20, 0)] {
+        let records = Records::with_limits(1 << 20, interval, keep);
         let (f, key) = r.open();
         assert_eq!(
             records.response_len(&f, key, false).unwrap(),
@@ -135,7 +135,10 @@ fn reads_anywhere_match_the_whole_rendering() {
                     .unwrap();
                 let end = (offset + len as usize).min(whole.len());
                 let want = whole.get(offset..end).unwrap_or(&[]);
-                assert_eq!(got, want, "interval {interval}, [{offset}, +{len})");
+                assert_eq!(
+                    got, want,
+                    "interval {interval} keep {keep}, [{offset}, +{len})"
+                );
             }
         }
     }
@@ -206,4 +209,39 @@ fn the_cache_stays_within_its_budget() {
     let tiny = Records::new(1);
     assert_eq!(files[0].shown(&tiny, false), render_all(&bytes));
     assert_eq!(tiny.entries(), 0);
+}
+
+#[test]
+fn sequential_and_backward_reads_of_a_rendering_not_held_whole() {
+    let bytes = stream();
+    let whole = render_all(&bytes);
+    let r = Response::new();
+    r.append(&bytes);
+    let records = Records::with_limits(1 << 20, 128, 0);
+    let (f, key) = r.open();
+    for chunk in [1u64, 5, 33, 4096] {
+        // Forwards, as cat reads (the cursor carries on), then backwards (checkpoints).
+        let mut got = Vec::new();
+        while (got.len() as u64) < whole.len() as u64 {
+            let part = records
+                .response_read(&f, key, false, got.len() as u64, chunk)
+                .unwrap();
+            assert!(!part.is_empty());
+            got.extend_from_slice(&part);
+        }
+        assert_eq!(got, whole, "forwards by {chunk}");
+        let mut end = whole.len() as u64;
+        while end > 0 {
+            let from = end.saturating_sub(chunk);
+            let part = records
+                .response_read(&f, key, false, from, end - from)
+                .unwrap();
+            assert_eq!(
+                part,
+                &whole[from as usize..end as usize],
+                "backwards by {chunk}"
+            );
+            end = from;
+        }
+    }
 }

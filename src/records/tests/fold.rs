@@ -334,6 +334,27 @@ fn the_fast_path_reads_what_serde_reads() {
     ] {
         assert!(takes_fast_path(line.as_bytes()), "{line}");
     }
+    // Hand-written escapes: the fast path and serde agree, or both refuse.
+    for escaped in [
+        r"\/\b\f\u00E9\u00e9",
+        r"\x",
+        r"\u12",
+        r"\ud83d",
+        r"\ud83dx",
+        r"\ude00",
+        r"a\",
+    ] {
+        let line =
+            format!(r#"{{"type":"content_delta","index":0,"delta":{{"text_delta":"{escaped}"}}}}"#);
+        let slow = line.replacen("\"index\":", "\"index\": ", 1);
+        let frame = |l: &str| render(&[ev::text_start(0), l.to_string()]);
+        let (fast, slow) = (frame(&line), frame(&slow));
+        if slow.contains("does not parse") {
+            assert!(fast.contains("does not parse"), "{escaped}: {fast}");
+        } else {
+            assert_eq!(fast, slow, "{escaped}");
+        }
+    }
     // Escapes decode as serde decodes them.
     let got = render(&[
         ev::text_start(0),
