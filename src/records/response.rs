@@ -185,7 +185,7 @@ fn fast_delta(line: &[u8]) -> Option<(DeltaTag, Body<'_>)> {
         return None;
     }
     // The index: what serde_json reads as a u32 (no leading zero, at most u32::MAX).
-    let rest = &line[DELTA_HEAD.len()..line.len() - DELTA_TAIL.len()];
+    let rest = line.get(DELTA_HEAD.len()..line.len() - DELTA_TAIL.len())?;
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
     if digits == 0 || digits > 10 || (digits > 1 && rest[0] == b'0') {
         return None;
@@ -196,7 +196,7 @@ fn fast_delta(line: &[u8]) -> Option<(DeltaTag, Body<'_>)> {
     if index > u64::from(u32::MAX) || !has(rest, digits, DELTA_MID) {
         return None;
     }
-    let rest = &rest[digits + DELTA_MID.len()..];
+    let rest = rest.get(digits + DELTA_MID.len()..)?;
     let (tag, skip) = if has(rest, 0, b"text_delta\":\"") {
         (DeltaTag::Text, 13)
     } else if has(rest, 0, b"json_delta\":\"") {
@@ -206,7 +206,7 @@ fn fast_delta(line: &[u8]) -> Option<(DeltaTag, Body<'_>)> {
     } else {
         return None;
     };
-    let body = &rest[skip..];
+    let body = rest.get(skip..)?;
     // One pass: plain ASCII is the string itself.
     let (mut special, mut wide) = (false, false);
     for b in body {
@@ -698,7 +698,9 @@ fn each_line(
     limit: u64,
     mut f: impl FnMut(&[u8], u64) -> ControlFlow<()>,
 ) -> io::Result<u64> {
-    let mut buf = vec![0u8; CHUNK];
+    // No bigger than what there is to read: an append of one line reads one line.
+    let span = usize::try_from(limit.saturating_sub(from)).unwrap_or(CHUNK);
+    let mut buf = vec![0u8; span.clamp(1, CHUNK)];
     // File offset of buf[0]; bytes of buf that hold data; of those, bytes searched.
     let (mut base, mut filled, mut searched) = (from, 0usize, 0usize);
     let mut consumed = from;

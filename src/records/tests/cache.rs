@@ -245,3 +245,30 @@ fn sequential_and_backward_reads_of_a_rendering_not_held_whole() {
         }
     }
 }
+
+#[test]
+fn readers_on_other_threads_see_prefixes_while_the_file_grows() {
+    fn shared<T: Send + Sync>(_: &T) {}
+    let bytes = stream();
+    let r = Response::new();
+    let records = Records::with_limits(1 << 20, 32, 128);
+    shared(&records);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let whole = render_all(&bytes);
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    let seen = r.shown(&records, false);
+                    assert!(whole.starts_with(&seen), "a reader saw a non-prefix");
+                }
+            });
+        }
+        for chunk in bytes.chunks(17) {
+            r.append(chunk);
+            std::thread::yield_now();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert_eq!(r.shown(&records, false), whole);
+}

@@ -165,3 +165,62 @@ fn a_tip_without_messages_renders_empty() {
             .is_empty()
     );
 }
+
+#[test]
+fn lernie_entries_render_the_same_way_without_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Fixture::create(&dir.path().join("ws"), Flavour::Lernie).unwrap();
+    let user = b"---\nfrom: user\ndeposited_at: 2026-01-01T00:00:00Z\n---\nhi";
+    // lernie: a bare block array named `assistant`, thinking without a signature, and a
+    // cut marker with no read_tool_output address.
+    let model = br#"[{"type":"thinking","text":"hm"},{"type":"text","text":"ok"}]"#;
+    let marker = "[... stdout truncated: 9 bytes / 1 lines total; showing the first 2 and last 2 bytes; full record: steps/a1/001/tools/t/output.json ...]";
+    let tool = serde_json::to_vec(&serde_json::json!([{
+        "type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": marker}]
+    }]))
+    .unwrap();
+    let mut files: Vec<(&str, &[u8])> = vec![("messages/001-user.md", user)];
+    f.commit(
+        &agent_ref(ID),
+        f.tree(&files).unwrap(),
+        "transcript 001: user [a1]",
+    )
+    .unwrap();
+    files.push(("messages/002-assistant.json", model));
+    f.commit(
+        &agent_ref(ID),
+        f.tree(&files).unwrap(),
+        "transcript 002: assistant [a1]",
+    )
+    .unwrap();
+    files.push(("messages/003-tool.json", &tool));
+    let tip = f
+        .commit(
+            &agent_ref(ID),
+            f.tree(&files).unwrap(),
+            "transcript 003: tool [a1]",
+        )
+        .unwrap();
+    let refs = Refs::open(&f.root().join("repo.git")).unwrap();
+    let got = String::from_utf8(
+        Records::new(1 << 20)
+            .transcript(&refs, tip)
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
+    let minute = now_utc_prefix();
+    assert!(
+        got.contains(&format!("\n\nhi\n\n## 002 assistant · {minute}")),
+        "{got}"
+    );
+    assert!(
+        got.contains("\n\n### thinking\n\nhm\n\n### text\n\nok\n\n## 003 tool"),
+        "{got}"
+    );
+    assert!(!got.contains("### usage"), "{got}");
+    assert!(
+        got.ends_with(&format!("### tool_result t\n\n{marker}\n\n")),
+        "{got}"
+    );
+}
