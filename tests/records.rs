@@ -30,7 +30,13 @@ fn plain() -> Option<&'static RealWorkspace> {
 fn rich() -> Option<&'static RealWorkspace> {
     static WS: OnceLock<Option<(tempfile::TempDir, RealWorkspace)>> = OnceLock::new();
     WS.get_or_init(|| {
-        let bin = harness::litany_bin()?;
+        let Some(bin) = harness::litany_bin() else {
+            assert!(
+                !harness::in_ci(),
+                "CI is set but the litany oracle is unavailable"
+            );
+            return None;
+        };
         let dir = tempfile::Builder::new()
             .prefix("litanyfs-records-")
             .tempdir()
