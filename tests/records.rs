@@ -26,9 +26,18 @@ fn plain() -> Option<&'static RealWorkspace> {
     harness::real_workspace()
 }
 
-/// A workspace built with `FAKE_BZ_SCENARIO=rich`, once per test process.
+static RICH_DIR: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+extern "C" fn remove_rich_dir() {
+    if let Some(dir) = RICH_DIR.lock().ok().and_then(|mut d| d.take()) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// A workspace built with `FAKE_BZ_SCENARIO=rich`, once per test process, removed at
+/// exit.
 fn rich() -> Option<&'static RealWorkspace> {
-    static WS: OnceLock<Option<(tempfile::TempDir, RealWorkspace)>> = OnceLock::new();
+    static WS: OnceLock<Option<RealWorkspace>> = OnceLock::new();
     WS.get_or_init(|| {
         let Some(bin) = harness::litany_bin() else {
             assert!(
@@ -40,10 +49,16 @@ fn rich() -> Option<&'static RealWorkspace> {
         let dir = tempfile::Builder::new()
             .prefix("litanyfs-records-")
             .tempdir()
-            .expect("temp dir");
+            .expect("temp dir")
+            .keep();
+        if let Ok(mut d) = RICH_DIR.lock() {
+            *d = Some(dir.clone());
+            // SAFETY: registers a plain extern "C" fn with no captured state.
+            unsafe { libc::atexit(remove_rich_dir) };
+        }
         let out = Command::new("bash")
             .arg(harness::script_path())
-            .arg(dir.path().join("rw"))
+            .arg(dir.join("rw"))
             .env("LITANY_BIN", &bin)
             .env("FAKE_BZ_SCENARIO", "rich")
             .env_remove("FAKE_BZ_LOG")
@@ -57,10 +72,9 @@ fn rich() -> Option<&'static RealWorkspace> {
         );
         let ws =
             RealWorkspace::parse_summary(&String::from_utf8_lossy(&out.stdout)).expect("summary");
-        Some((dir, ws))
+        Some(ws)
     })
     .as_ref()
-    .map(|(_, ws)| ws)
 }
 
 /// Every (agent, tip) of the workspace, from the refs.
