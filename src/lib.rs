@@ -36,6 +36,7 @@ pub mod kernel;
 pub mod manual;
 pub mod mount;
 pub mod paging;
+pub mod records;
 pub mod tree;
 pub mod watch;
 pub mod workspace;

@@ -130,6 +130,16 @@ pub enum GitEntry {
     Gitlink(Oid),
 }
 
+/// One commit of a [`Refs::first_parent_log`] walk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    pub id: Oid,
+    /// Seconds since the epoch.
+    pub author_time: i64,
+    /// The subject line (lossy UTF-8).
+    pub summary: String,
+}
+
 /// Git errors carry the operation that failed, for the log line.
 #[derive(Debug)]
 pub struct GitError {
@@ -429,6 +439,32 @@ impl Refs {
         let t = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
         self.remember((oid, true), ObjectInfo::CommitTime(t));
         Ok(t)
+    }
+
+    /// `tip` and its first parents, newest first, until the first commit `stop` answers
+    /// true for (left out, and returned as where the walk stopped) or the root.
+    pub fn first_parent_log(
+        &self,
+        tip: Oid,
+        stop: &mut dyn FnMut(Oid) -> bool,
+    ) -> Result<(Vec<LogEntry>, Option<Oid>), GitError> {
+        let repo = self.repo.lock();
+        let mut log = Vec::new();
+        let mut next = Some(tip);
+        while let Some(id) = next {
+            if stop(id) {
+                return Ok((log, Some(id)));
+            }
+            let commit = git(|| format!("commit {id}"), repo.find_commit(id))?;
+            log.push(LogEntry {
+                id,
+                author_time: commit.author().when().seconds(),
+                summary: String::from_utf8_lossy(commit.summary_bytes().unwrap_or_default())
+                    .into_owned(),
+            });
+            next = commit.parent_id(0).ok();
+        }
+        Ok((log, None))
     }
 
     /// The mtime of every loose ref file under the agent and mark prefixes, by ref name;

@@ -1,0 +1,366 @@
+//! Readable records: `response.md` beside each step's `response.json`, and the agent's
+//! conversation as `transcript.md` (issue #12).
+//!
+//! **What is guaranteed.**
+//! - *Live and append-only.* `response.md` is a function of the complete lines of
+//!   `response.json` (those ending in `\n`), and the rendering of a prefix of lines is a
+//!   prefix of the rendering of any longer one. So while the harness appends,
+//!   `response.md` only grows, `tail -f` shows the words as they stream, and a line
+//!   still being written (perhaps cut inside a character) shows nothing until it ends.
+//!   The one exception is `closed`: once the caller says nobody appends any more, a
+//!   half-stream note (and a cut last line) is added at the end.
+//! - *Incremental.* A call renders only the lines appended since the last one for the
+//!   same inode; a shrunk or rewritten file is rendered afresh. The cost of an append is
+//!   the cost of rendering it.
+//! - *Exact sizes.* [`Records::response_len`] is the length that reads will return, from
+//!   the one rendering pass; nothing is rendered twice to know it.
+//! - *Faithful.* Events are read and folded as litany reads and folds them (see
+//!   `response.rs`), so every text block's text is byte-identical to the block litany
+//!   commits, and every tool input is equal, as JSON, to the committed one. A line that
+//!   does not parse is shown, with its number, and rendering goes on: never an `EIO`.
+//! - *Bounded.* Renderings and transcripts share one byte budget, least recently used
+//!   first out.
+//!
+//! **What is kept.** A rendering no longer than an eighth of the budget is held whole,
+//! so reads copy bytes (a text-delta line is ~70 bytes for a few bytes of text, so a
+//! 50 MB `response.json` renders to ~4 MB). A longer one keeps a checkpoint (raw offset,
+//! rendered offset, fold) every [`CHECKPOINT_BYTES`] of output and the bytes since the
+//! last, and a read elsewhere renders again from the checkpoint at or before it, or from
+//! where the previous read stopped, so `cat` costs one pass. Holding every rendering
+//! whole would be simpler, but pretty-printing a deeply nested tool input multiplies its
+//! size, and checkpoints keep memory bounded whatever the rendering's size.
+//!
+//! **The format** (stable; `format.rs` is its one home). Every section is a header line,
+//! a blank line, a body if it has one, and a blank line. Text and thinking bodies are
+//! verbatim; tool inputs are fenced (`sh` for a `bash` command, else pretty `json`), with
+//! a fence longer than any backtick run inside. `response.md`, one attempt per `bz` run:
+//!
+//! ````text
+//! # attempt 1 · id msg_1 · model fake
+//!
+//! ## text
+//!
+//! Let me look.
+//!
+//! ## tool_use bash (toolu_1)
+//!
+//! ```sh
+//! ls -l
+//! ```
+//!
+//! ## error transport: connection reset
+//!
+//! # attempt 2 · id msg_2 · model fake
+//!
+//! ## text
+//!
+//! Done.
+//!
+//! ## finish stop · usage input_tokens=20 output_tokens=1
+//! ````
+//!
+//! Other notes: `## thinking`, `## text (continued)` (after a note cut into a block),
+//! `## half stream: attempt N has no end event`, `## line N does not parse: <reason> ·
+//! "<excerpt>"`, `## line N: text_delta outside a matching block, ignored`, `## image
+//! <type>`, `## redacted_thinking (N bytes)`, `## content <kind>` for kinds litany skips.
+//!
+//! `transcript.md`, one section per `messages/NNN-<origin>.{md,json}` entry at the
+//! branch tip, in number order, timed by the author time of its `transcript NNN:`
+//! commit; a model entry's blocks are shown as in `response.md`, one level down, then its
+//! usage; a tool result verbatim, as the model saw it (cut markers and their
+//! `read_tool_output` addresses included):
+//!
+//! ````text
+//! ## 001 user · 2026-12-02T09:42:26Z · from: user · deposited_at: 2026-12-02T09:42:26Z
+//!
+//! hello alpha
+//!
+//! ## 002 claude-sonnet-5 · 2026-12-02T09:42:27Z
+//!
+//! ### tool_use bash (toolu_1)
+//!
+//! ```sh
+//! seq 1 3000
+//! ```
+//!
+//! ### usage input_tokens=10 output_tokens=2
+//!
+//! ## 003 tool · 2026-12-02T09:42:27Z
+//!
+//! ### tool_result toolu_1
+//!
+//! Exit code: 0
+//! …
+//! ````
+//!
+//! **lernie.** lernie's events have the same v=1 shape, so its `response.json` renders the
+//! same. Its model entries are bare block arrays named `NNN-assistant.json` with no
+//! usage: they render with no usage line. Its cut markers carry no address, so its tool
+//! results show none.
+
+mod format;
+mod response;
+mod transcript;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io;
+use std::sync::Arc;
+
+use git2::Oid;
+use parking_lot::Mutex;
+
+use crate::paging::CaptureKey;
+use crate::workspace::refs::{GitError, Refs};
+use response::Rendering;
+use transcript::Transcript;
+
+/// Rendered bytes between two checkpoints of a `response.md` not held whole. A read
+/// re-renders at most this much before the bytes it wants, under 1 ms for text deltas.
+pub const CHECKPOINT_BYTES: u64 = 64 * 1024;
+
+/// A rendering up to 1/`KEEP_SHARE` of the budget is held whole, so reads of it copy
+/// bytes; a longer one holds its checkpoints and the bytes since the last.
+const KEEP_SHARE: usize = 8;
+
+/// What a cache slot is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Key {
+    /// A `response.json`, by (dev, ino).
+    Response(u64, u64),
+    /// A transcript, by branch tip.
+    Transcript(Oid),
+}
+
+#[derive(Clone)]
+enum Value {
+    Response(Arc<Mutex<Rendering>>),
+    Transcript(Arc<Transcript>),
+}
+
+struct Slot {
+    value: Value,
+    tick: u64,
+    cost: usize,
+}
+
+/// Bytes a slot costs beyond its value: the slot, its key in both maps.
+const SLOT_BYTES: usize =
+    std::mem::size_of::<Slot>() + 2 * std::mem::size_of::<Key>() + std::mem::size_of::<u64>();
+
+/// Least recently used first out, within a byte budget.
+#[derive(Default)]
+struct Lru {
+    slots: HashMap<Key, Slot>,
+    order: BTreeMap<u64, Key>,
+    tick: u64,
+    used: usize,
+}
+
+impl Lru {
+    fn get(&mut self, key: Key) -> Option<Value> {
+        self.tick += 1;
+        let tick = self.tick;
+        let slot = self.slots.get_mut(&key)?;
+        self.order.remove(&slot.tick);
+        self.order.insert(tick, key);
+        slot.tick = tick;
+        Some(slot.value.clone())
+    }
+
+    fn insert(&mut self, key: Key, value: Value, cost: usize) {
+        self.remove(key);
+        self.tick += 1;
+        self.order.insert(self.tick, key);
+        self.slots.insert(
+            key,
+            Slot {
+                value,
+                tick: self.tick,
+                cost: SLOT_BYTES + cost,
+            },
+        );
+        self.used += SLOT_BYTES + cost;
+    }
+
+    /// Records what the response rendering in slot `key` costs now, if it is still the
+    /// one given.
+    fn settle(&mut self, key: Key, rendering: &Arc<Mutex<Rendering>>, cost: usize) {
+        if let Some(slot) = self.slots.get_mut(&key)
+            && matches!(&slot.value, Value::Response(r) if Arc::ptr_eq(r, rendering))
+        {
+            self.used = self.used - slot.cost + SLOT_BYTES + cost;
+            slot.cost = SLOT_BYTES + cost;
+        }
+    }
+
+    fn remove(&mut self, key: Key) {
+        if let Some(slot) = self.slots.remove(&key) {
+            self.order.remove(&slot.tick);
+            self.used -= slot.cost;
+        }
+    }
+
+    fn evict(&mut self, budget: usize) {
+        while self.used > budget {
+            let Some((_, key)) = self.order.pop_first() else {
+                break;
+            };
+            if let Some(slot) = self.slots.remove(&key) {
+                self.used -= slot.cost;
+            }
+        }
+    }
+}
+
+/// Renderings of `response.json` files and transcripts, within a byte budget. Shared by
+/// the request threads: calls for different files run in parallel, calls for the same
+/// `response.json` one at a time.
+pub struct Records {
+    budget: usize,
+    interval: u64,
+    keep: u64,
+    lru: Mutex<Lru>,
+}
+
+impl Records {
+    /// A cache holding at most `max_bytes`, with a checkpoint every [`CHECKPOINT_BYTES`].
+    pub fn new(max_bytes: usize) -> Self {
+        Self::with_checkpoint_interval(max_bytes, CHECKPOINT_BYTES)
+    }
+
+    /// A cache with a checkpoint every `interval` rendered bytes (small ones are for
+    /// tests).
+    pub fn with_checkpoint_interval(max_bytes: usize, interval: u64) -> Self {
+        Self::with_limits(max_bytes, interval, (max_bytes / KEEP_SHARE) as u64)
+    }
+
+    /// A cache that holds a rendering whole while it is at most `keep` bytes long.
+    pub(crate) fn with_limits(max_bytes: usize, interval: u64, keep: u64) -> Self {
+        Records {
+            budget: max_bytes,
+            interval: interval.max(1),
+            keep,
+            lru: Mutex::new(Lru::default()),
+        }
+    }
+
+    /// The longest rendering held whole.
+    fn keep(&self) -> u64 {
+        self.keep
+    }
+
+    /// Bytes held now, by the cache's own accounting.
+    pub fn used_bytes(&self) -> usize {
+        self.lru.lock().used
+    }
+
+    /// Renderings and transcripts held now.
+    pub fn entries(&self) -> usize {
+        self.lru.lock().slots.len()
+    }
+
+    /// Runs `f` on the rendering of the `response.json` open as `file`, brought up to
+    /// `key` first.
+    fn with_response<T>(
+        &self,
+        file: &File,
+        key: CaptureKey,
+        closed: bool,
+        f: impl FnOnce(&mut Rendering) -> io::Result<T>,
+    ) -> io::Result<T> {
+        let slot = Key::Response(key.dev, key.ino);
+        let rendering = {
+            let mut lru = self.lru.lock();
+            match lru.get(slot) {
+                Some(Value::Response(r)) => r,
+                _ => {
+                    let r = Arc::new(Mutex::new(Rendering::new(self.interval, self.keep())));
+                    lru.insert(slot, Value::Response(Arc::clone(&r)), 0);
+                    r
+                }
+            }
+        };
+        let (result, cost) = {
+            let mut r = rendering.lock();
+            let result = r.sync(file, key, closed).and_then(|()| f(&mut r));
+            if result.is_err() {
+                // A failed read may have left the rendering half done: start over.
+                *r = Rendering::new(self.interval, self.keep());
+            }
+            (result, r.cost())
+        };
+        let mut lru = self.lru.lock();
+        lru.settle(slot, &rendering, cost);
+        lru.evict(self.budget);
+        result
+    }
+
+    /// The exact length of `response.md` for the `response.json` open as `file`, whose
+    /// fstat gave `key`. Renders only the complete lines appended since the last call for
+    /// the same (dev, ino) when the file only grew, afresh otherwise. `closed` says that
+    /// nothing will be appended any more (the step has a successor or a `meta.json`, or
+    /// its executor is gone); it adds the end of a half stream. Pass it monotonically.
+    pub fn response_len(&self, file: &File, key: CaptureKey, closed: bool) -> io::Result<u64> {
+        self.with_response(file, key, closed, |r| Ok(r.len()))
+    }
+
+    /// Bytes `[offset, offset + len)` of `response.md`, cut short at its end (as a file
+    /// read is); `key` and `closed` as for [`Records::response_len`].
+    pub fn response_read(
+        &self,
+        file: &File,
+        key: CaptureKey,
+        closed: bool,
+        offset: u64,
+        len: u64,
+    ) -> io::Result<Vec<u8>> {
+        self.with_response(file, key, closed, |r| r.read(file, offset, len))
+    }
+
+    /// `transcript.md` of the agent whose branch tip is `tip`, cached by tip. A tip that
+    /// only added entries to a cached one renders only those; rewritten history (a
+    /// compaction landing) is rendered afresh.
+    pub fn transcript(&self, refs: &Refs, tip: Oid) -> Result<Arc<Vec<u8>>, GitError> {
+        if let Some(Value::Transcript(t)) = self.lru.lock().get(Key::Transcript(tip)) {
+            return Ok(Arc::clone(&t.bytes));
+        }
+        let cached: HashMap<Oid, Arc<Transcript>> = {
+            let lru = self.lru.lock();
+            lru.slots
+                .iter()
+                .filter_map(|(k, s)| match (k, &s.value) {
+                    (Key::Transcript(oid), Value::Transcript(t)) => Some((*oid, Arc::clone(t))),
+                    _ => None,
+                })
+                .collect()
+        };
+        let (rendered, base) = Transcript::render(refs, tip, &cached)?;
+        let rendered = Arc::new(rendered);
+        let bytes = Arc::clone(&rendered.bytes);
+        let mut lru = self.lru.lock();
+        if let Some(base) = base {
+            // The base's tip is history now; its bytes live on in the new rendering.
+            lru.remove(Key::Transcript(base));
+        }
+        let cost = rendered.cost();
+        lru.insert(Key::Transcript(tip), Value::Transcript(rendered), cost);
+        lru.evict(self.budget);
+        Ok(bytes)
+    }
+}
+
+impl std::fmt::Debug for Records {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lru = self.lru.lock();
+        f.debug_struct("Records")
+            .field("budget", &self.budget)
+            .field("interval", &self.interval)
+            .field("entries", &lru.slots.len())
+            .field("used", &lru.used)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,274 @@
+//! The cache over real files: live appends, checkpointed reads, fresh renders, the bound.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+
+use super::ev;
+use super::{ndjson, render_all, render_closed};
+use crate::paging::CaptureKey;
+use crate::records::Records;
+
+struct Response {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+}
+
+impl Response {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("response.json");
+        File::create(&path).unwrap();
+        Response { _dir: dir, path }
+    }
+
+    fn append(&self, bytes: &[u8]) {
+        let mut f = OpenOptions::new().append(true).open(&self.path).unwrap();
+        f.write_all(bytes).unwrap();
+    }
+
+    fn open(&self) -> (File, CaptureKey) {
+        let f = File::open(&self.path).unwrap();
+        let key = CaptureKey::of(&f).unwrap();
+        (f, key)
+    }
+
+    /// What the cache shows now: its length and every byte, read in one go.
+    fn shown(&self, records: &Records, closed: bool) -> Vec<u8> {
+        let (f, key) = self.open();
+        let len = records.response_len(&f, key, closed).unwrap();
+        let got = records.response_read(&f, key, closed, 0, len + 10).unwrap();
+        assert_eq!(
+            got.len() as u64,
+            len,
+            "the length is the bytes a read returns"
+        );
+        got
+    }
+}
+
+fn stream() -> Vec<u8> {
+    let mut lines = vec![ev::start("m1"), ev::text_start(0)];
+    for i in 0..40 {
+        lines.push(ev::text(0, &format!("wörd{i} € ")));
+    }
+    lines.extend([
+        ev::stop(0),
+        ev::tool_start(1, "t1", "bash"),
+        ev::json(1, "{\"command\":\"echo größe\"}"),
+        ev::stop(1),
+        ev::error(r#""transport""#, "reset"),
+        ev::end(),
+        ev::start("m2"),
+        ev::text_start(0),
+        ev::text(0, "done ✓"),
+        ev::stop(0),
+        ev::usage(3, 4),
+        ev::finish("stop"),
+        ev::end(),
+    ]);
+    ndjson(&lines)
+}
+
+#[test]
+fn appends_grow_the_rendering_and_never_change_what_was_shown() {
+    let bytes = stream();
+    let r = Response::new();
+    let records = Records::with_limits(1 << 20, 64, 256);
+    let mut shown = Vec::new();
+    // Append in uneven pieces, many of them cut inside a multi-byte character.
+    let mut at = 0;
+    let mut step = 1;
+    while at < bytes.len() {
+        let next = (at + step).min(bytes.len());
+        r.append(&bytes[at..next]);
+        at = next;
+        step = step % 23 + 2;
+        let now = r.shown(&records, false);
+        assert!(now.starts_with(&shown), "append-only, after byte {at}");
+        assert!(std::str::from_utf8(&now).is_ok(), "complete UTF-8, at {at}");
+        assert_eq!(now, render_all(&bytes[..at]), "after byte {at}");
+        shown = now;
+    }
+    assert_eq!(shown, render_all(&bytes));
+    assert_eq!(records.entries(), 1);
+}
+
+#[test]
+fn a_multibyte_character_split_across_two_appends_shows_once_whole() {
+    let r = Response::new();
+    let records = Records::new(1 << 20);
+    r.append(ndjson(&[ev::start("m"), ev::text_start(0)]).as_slice());
+    let line = ev::text(0, "€");
+    let cut = line.find('€').unwrap() + 1; // inside the character's three bytes
+    r.append(&line.as_bytes()[..cut]);
+    let before = r.shown(&records, false);
+    assert!(!before.ends_with("€".as_bytes()));
+    r.append(&line.as_bytes()[cut..]);
+    assert_eq!(
+        r.shown(&records, false),
+        before,
+        "the line has not ended yet"
+    );
+    r.append(b"\n");
+    let after = r.shown(&records, false);
+    assert_eq!(&after[..before.len()], &before[..]);
+    assert_eq!(&after[before.len()..], "€".as_bytes());
+}
+
+#[test]
+fn reads_anywhere_match_the_whole_rendering() {
+    let bytes = stream();
+    let whole = render_all(&bytes);
+    let r = Response::new();
+    r.append(&bytes);
+    for (interval, keep) in [(1, 0), (7, 100), (64, 0), (64, 1 << 20), (1 << 20, 0)] {
+        let records = Records::with_limits(1 << 20, interval, keep);
+        let (f, key) = r.open();
+        assert_eq!(
+            records.response_len(&f, key, false).unwrap(),
+            whole.len() as u64
+        );
+        for offset in (0..whole.len() + 3).step_by(5) {
+            for len in [0, 1, 3, 17, 100, 4096] {
+                let got = records
+                    .response_read(&f, key, false, offset as u64, len)
+                    .unwrap();
+                let end = (offset + len as usize).min(whole.len());
+                let want = whole.get(offset..end).unwrap_or(&[]);
+                assert_eq!(
+                    got, want,
+                    "interval {interval} keep {keep}, [{offset}, +{len})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_shrunk_or_rewritten_file_is_rendered_afresh() {
+    let r = Response::new();
+    let records = Records::new(1 << 20);
+    let first = ndjson(&[ev::start("m1"), ev::text_start(0), ev::text(0, "one")]);
+    r.append(&first);
+    assert_eq!(r.shown(&records, false), render_all(&first));
+    // Truncated and rewritten in place (litany's File::create on a re-run): same inode.
+    let second = ndjson(&[ev::start("m2"), ev::text_start(0), ev::text(0, "two")]);
+    std::fs::write(&r.path, &second).unwrap();
+    assert_eq!(r.shown(&records, false), render_all(&second));
+    // Shrunk.
+    let third = ndjson(&[ev::start("m3")]);
+    std::fs::write(&r.path, &third).unwrap();
+    assert_eq!(r.shown(&records, false), render_all(&third));
+    // Replaced by another file (a new inode) that happens to be longer.
+    let fourth = stream();
+    let tmp = r.path.with_extension("tmp");
+    std::fs::write(&tmp, &fourth).unwrap();
+    std::fs::rename(&tmp, &r.path).unwrap();
+    assert_eq!(r.shown(&records, false), render_all(&fourth));
+}
+
+#[test]
+fn a_closed_file_ends_with_its_half_stream() {
+    let r = Response::new();
+    let records = Records::new(1 << 20);
+    let mut bytes = ndjson(&[ev::start("m"), ev::text_start(0), ev::text(0, "cut")]);
+    bytes.extend_from_slice(b"{\"type\":");
+    r.append(&bytes);
+    let open = r.shown(&records, false);
+    let closed = r.shown(&records, true);
+    assert_eq!(open, render_all(&bytes));
+    assert_eq!(closed, render_closed(&bytes));
+    assert!(closed.starts_with(&open) && closed.len() > open.len());
+    // Reads straddling the end of the body and the closing note.
+    let (f, key) = r.open();
+    let from = open.len() as u64 - 2;
+    let got = records.response_read(&f, key, true, from, 20).unwrap();
+    assert_eq!(got, &closed[from as usize..(from as usize + 20)]);
+}
+
+#[test]
+fn the_cache_stays_within_its_budget() {
+    let bytes = stream();
+    let files: Vec<Response> = (0..8)
+        .map(|_| {
+            let r = Response::new();
+            r.append(&bytes);
+            r
+        })
+        .collect();
+    let budget = 4096;
+    let records = Records::with_checkpoint_interval(budget, 256);
+    for r in &files {
+        assert_eq!(r.shown(&records, false), render_all(&bytes));
+        assert!(records.used_bytes() <= budget, "{records:?}");
+    }
+    assert!(records.entries() < files.len(), "{records:?}");
+    // An evicted rendering is rendered again, correctly.
+    assert_eq!(files[0].shown(&records, false), render_all(&bytes));
+    // A budget below one rendering keeps nothing, and still answers.
+    let tiny = Records::new(1);
+    assert_eq!(files[0].shown(&tiny, false), render_all(&bytes));
+    assert_eq!(tiny.entries(), 0);
+}
+
+#[test]
+fn sequential_and_backward_reads_of_a_rendering_not_held_whole() {
+    let bytes = stream();
+    let whole = render_all(&bytes);
+    let r = Response::new();
+    r.append(&bytes);
+    let records = Records::with_limits(1 << 20, 128, 0);
+    let (f, key) = r.open();
+    for chunk in [1u64, 5, 33, 4096] {
+        // Forwards, as cat reads (the cursor carries on), then backwards (checkpoints).
+        let mut got = Vec::new();
+        while (got.len() as u64) < whole.len() as u64 {
+            let part = records
+                .response_read(&f, key, false, got.len() as u64, chunk)
+                .unwrap();
+            assert!(!part.is_empty());
+            got.extend_from_slice(&part);
+        }
+        assert_eq!(got, whole, "forwards by {chunk}");
+        let mut end = whole.len() as u64;
+        while end > 0 {
+            let from = end.saturating_sub(chunk);
+            let part = records
+                .response_read(&f, key, false, from, end - from)
+                .unwrap();
+            assert_eq!(
+                part,
+                &whole[from as usize..end as usize],
+                "backwards by {chunk}"
+            );
+            end = from;
+        }
+    }
+}
+
+#[test]
+fn readers_on_other_threads_see_prefixes_while_the_file_grows() {
+    fn shared<T: Send + Sync>(_: &T) {}
+    let bytes = stream();
+    let r = Response::new();
+    let records = Records::with_limits(1 << 20, 32, 128);
+    shared(&records);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let whole = render_all(&bytes);
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    let seen = r.shown(&records, false);
+                    assert!(whole.starts_with(&seen), "a reader saw a non-prefix");
+                }
+            });
+        }
+        for chunk in bytes.chunks(17) {
+            r.append(chunk);
+            std::thread::yield_now();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert_eq!(r.shown(&records, false), whole);
+}

@@ -1,0 +1,226 @@
+//! Transcripts over a fixture repository: order, times, growth and rewritten history.
+
+use crate::fixture::Fixture;
+use crate::records::Records;
+use crate::workspace::refs::{Flavour, Refs, agent_ref};
+
+const ID: &str = "a1";
+
+/// An agent whose branch gains one `transcript NNN:` commit per entry.
+struct Branch {
+    _dir: tempfile::TempDir,
+    f: Fixture,
+    files: Vec<(String, Vec<u8>)>,
+}
+
+impl Branch {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let f = Fixture::create(&dir.path().join("ws"), Flavour::Litany).unwrap();
+        f.agent(ID, Some("Alpha"), &[]).unwrap();
+        Branch {
+            _dir: dir,
+            f,
+            files: Vec::new(),
+        }
+    }
+
+    fn tree(&self) -> git2::Oid {
+        let files: Vec<(&str, &[u8])> = self
+            .files
+            .iter()
+            .map(|(p, b)| (p.as_str(), b.as_slice()))
+            .collect();
+        self.f.tree(&files).unwrap()
+    }
+
+    fn add(&mut self, name: &str, bytes: &[u8]) -> git2::Oid {
+        self.files
+            .push((format!("messages/{name}"), bytes.to_vec()));
+        let (number, rest) = name.split_once('-').unwrap();
+        let origin = rest.rsplit_once('.').unwrap().0;
+        let tree = self.tree();
+        self.f
+            .commit(
+                &agent_ref(ID),
+                tree,
+                &format!("transcript {number}: {origin} [{ID}]"),
+            )
+            .unwrap()
+    }
+
+    fn refs(&self) -> Refs {
+        Refs::open(&self.f.root().join("repo.git")).unwrap()
+    }
+}
+
+const USER: &[u8] = b"---\nfrom: user\ndeposited_at: 2026-12-02T18:08:10Z\n---\nhello alpha";
+const MODEL: &[u8] =
+    br#"{"content":[{"type":"text","text":"done"}],"usage":{"input_tokens":20,"output_tokens":1}}"#;
+const TOOL: &[u8] = br#"[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"Exit code: 0\n"}],"is_error":false}]"#;
+
+fn now_utc_prefix() -> String {
+    // The fixture commits now; the minute is enough to check the time is the commit's.
+    crate::deposit::render::now_utc()[..14].to_string()
+}
+
+#[test]
+fn entries_render_in_number_order_with_their_commit_times() {
+    let mut b = Branch::new();
+    b.add("001-user.md", USER);
+    b.add("002-claude-sonnet-5.json", MODEL);
+    b.add("003-tool.json", TOOL);
+    // 1000 sorts after 003 by number, not by name; a name without a number is no entry.
+    b.add("1000-claude-sonnet-5.json", MODEL);
+    let tip = b.add("999-tool.json", TOOL);
+    b.files.push(("messages/notes.md".into(), b"x".to_vec()));
+    let tree = b.tree();
+    let _ = tip;
+    let tip = b.f.commit(&agent_ref(ID), tree, "stray").unwrap();
+    let refs = b.refs();
+    let records = Records::new(1 << 20);
+    let got = String::from_utf8(records.transcript(&refs, tip).unwrap().to_vec()).unwrap();
+    let headers: Vec<&str> = got.lines().filter(|l| l.starts_with("## ")).collect();
+    let numbers: Vec<&str> = headers
+        .iter()
+        .map(|h| h.split(' ').nth(1).unwrap())
+        .collect();
+    assert_eq!(numbers, ["001", "002", "003", "999", "1000"], "{got}");
+    let minute = now_utc_prefix();
+    assert!(headers.iter().all(|h| h.contains(&minute)), "{headers:?}");
+    assert!(got.starts_with(&format!("## 001 user · {minute}")), "{got}");
+    assert!(got.contains(
+        " · from: user · deposited_at: 2026-12-02T18:08:10Z\n\nhello alpha\n\n## 002 claude-sonnet-5 · "
+    ));
+    assert!(got.contains(
+        "\n\n### text\n\ndone\n\n### usage input_tokens=20 output_tokens=1\n\n## 003 tool · "
+    ));
+    assert!(got.contains("\n\n### tool_result t1\n\nExit code: 0\n\n\n## 999 tool"));
+}
+
+#[test]
+fn a_growing_branch_extends_its_rendering_and_a_rewrite_renders_afresh() {
+    let mut b = Branch::new();
+    b.add("001-user.md", USER);
+    let t1 = b.add("002-claude-sonnet-5.json", MODEL);
+    let refs = b.refs();
+    let records = Records::new(1 << 20);
+    let first = records.transcript(&refs, t1).unwrap();
+    let t2 = b.add("003-tool.json", TOOL);
+    let second = records.transcript(&refs, t2).unwrap();
+    assert!(second.starts_with(&first));
+    assert_eq!(
+        records.entries(),
+        1,
+        "the extended tip replaces the one it grew from"
+    );
+    // The same tip, asked again: the same bytes, not a new rendering.
+    assert!(std::sync::Arc::ptr_eq(
+        &second,
+        &records.transcript(&refs, t2).unwrap()
+    ));
+    // Extended or fresh, the bytes are the same.
+    let fresh = Records::new(1 << 20).transcript(&refs, t2).unwrap();
+    assert_eq!(second, fresh);
+
+    // A compaction landing: a new root commit whose tree lost entry 001 and kept 002
+    // (carried over, so no commit names it), then a replayed 003.
+    b.files.remove(0);
+    b.files.pop();
+    let tree = b.tree();
+    let repo = b.f.repo();
+    let sig = git2::Signature::now("litany", "litany@localhost").unwrap();
+    let base = repo
+        .commit(
+            None,
+            &sig,
+            &sig,
+            "compaction base",
+            &repo.find_tree(tree).unwrap(),
+            &[],
+        )
+        .unwrap();
+    repo.reference(&agent_ref(ID), base, true, "compaction")
+        .unwrap();
+    let t3 = b.add("003-tool.json", TOOL);
+    let third = String::from_utf8(records.transcript(&refs, t3).unwrap().to_vec()).unwrap();
+    assert!(
+        third.starts_with("## 002 claude-sonnet-5 · time unknown\n\n"),
+        "{third}"
+    );
+    assert!(!third.contains("## 001"), "{third}");
+    assert!(third.contains("## 003 tool · 2"), "{third}");
+    assert_eq!(records.entries(), 2);
+}
+
+#[test]
+fn a_tip_without_messages_renders_empty() {
+    let b = Branch::new();
+    let refs = b.refs();
+    let tip = b.f.agent_tip(ID).unwrap();
+    assert!(
+        Records::new(1024)
+            .transcript(&refs, tip)
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn lernie_entries_render_the_same_way_without_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Fixture::create(&dir.path().join("ws"), Flavour::Lernie).unwrap();
+    let user = b"---\nfrom: user\ndeposited_at: 2026-01-01T00:00:00Z\n---\nhi";
+    // lernie: a bare block array named `assistant`, thinking without a signature, and a
+    // cut marker with no read_tool_output address.
+    let model = br#"[{"type":"thinking","text":"hm"},{"type":"text","text":"ok"}]"#;
+    let marker = "[... stdout truncated: 9 bytes / 1 lines total; showing the first 2 and last 2 bytes; full record: steps/a1/001/tools/t/output.json ...]";
+    let tool = serde_json::to_vec(&serde_json::json!([{
+        "type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": marker}]
+    }]))
+    .unwrap();
+    let mut files: Vec<(&str, &[u8])> = vec![("messages/001-user.md", user)];
+    f.commit(
+        &agent_ref(ID),
+        f.tree(&files).unwrap(),
+        "transcript 001: user [a1]",
+    )
+    .unwrap();
+    files.push(("messages/002-assistant.json", model));
+    f.commit(
+        &agent_ref(ID),
+        f.tree(&files).unwrap(),
+        "transcript 002: assistant [a1]",
+    )
+    .unwrap();
+    files.push(("messages/003-tool.json", &tool));
+    let tip = f
+        .commit(
+            &agent_ref(ID),
+            f.tree(&files).unwrap(),
+            "transcript 003: tool [a1]",
+        )
+        .unwrap();
+    let refs = Refs::open(&f.root().join("repo.git")).unwrap();
+    let got = String::from_utf8(
+        Records::new(1 << 20)
+            .transcript(&refs, tip)
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
+    let minute = now_utc_prefix();
+    assert!(
+        got.contains(&format!("\n\nhi\n\n## 002 assistant · {minute}")),
+        "{got}"
+    );
+    assert!(
+        got.contains("\n\n### thinking\n\nhm\n\n### text\n\nok\n\n## 003 tool"),
+        "{got}"
+    );
+    assert!(!got.contains("### usage"), "{got}");
+    assert!(
+        got.ends_with(&format!("### tool_result t\n\n{marker}\n\n")),
+        "{got}"
+    );
+}
