@@ -40,11 +40,18 @@ fn find_files(root: &Path) -> BTreeSet<PathBuf> {
 }
 
 /// Whether `rel` (under `steps/`) is a name the mount derives rather than a record: the
-/// decoded streams beside an `output.json`, and an agent's `latest` link, which must
-/// point at its highest-numbered step directory on disk.
+/// decoded streams beside an `output.json`, `response.md` beside a `response.json`, an
+/// agent's `transcript.md`, and its `latest` link, which must point at its
+/// highest-numbered step directory on disk.
 fn derived(backing: &Path, mount: &Path, rel: &Path) -> bool {
     if rel.ends_with("stdout") || rel.ends_with("stderr") {
         return backing.join(rel.with_file_name("output.json")).exists();
+    }
+    if rel.ends_with(litanyfs::tree::RESPONSE_MD) {
+        return backing.join(rel.with_file_name("response.json")).exists();
+    }
+    if rel.ends_with(litanyfs::tree::TRANSCRIPT_MD) && rel.components().count() == 2 {
+        return true;
     }
     if rel.file_name().is_some_and(|n| n == litanyfs::tree::LATEST) && rel.components().count() == 2
     {
@@ -329,7 +336,11 @@ fn a_step_the_harness_runs_shows_up_live_and_tail_follows_its_response() {
         .collect();
     let records_only = |p: &PathBuf| {
         !(p.ends_with("stdout") || p.ends_with("stderr"))
-            && p.file_name().is_none_or(|n| n != litanyfs::tree::LATEST)
+            && p.file_name().is_none_or(|n| {
+                n != litanyfs::tree::LATEST
+                    && n != litanyfs::tree::RESPONSE_MD
+                    && n != litanyfs::tree::TRANSCRIPT_MD
+            })
     };
     assert!(eventually(Duration::from_secs(3), || find_files(&steps)
         .into_iter()

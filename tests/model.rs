@@ -212,6 +212,10 @@ enum Want {
         perm: u32,
     },
     Link(String),
+    /// A text view the mount renders from records (`response.md`, `transcript.md`): a
+    /// file whose size is what it reads; its text is checked against the real harness
+    /// in tests/records.rs, not here.
+    Rendered,
 }
 
 type View = BTreeMap<String, Want>;
@@ -363,6 +367,30 @@ impl Model {
                 .max_by_key(|n| n.parse::<u64>().unwrap_or(0));
             if let Some(step) = latest {
                 add_leaf(&mut v, &format!("{dir}/latest"), Want::Link(step));
+            }
+            // Each numbered step with a response.json shows its response.md.
+            for step in self.names_in(&dir) {
+                let step_dir = format!("{dir}/{step}");
+                if !step.is_empty()
+                    && step.bytes().all(|b| b.is_ascii_digit())
+                    && matches!(self.backing.get(&step_dir), Some(Backing::Dir))
+                    && matches!(
+                        self.backing.get(&format!("{step_dir}/response.json")),
+                        Some(Backing::File { .. })
+                    )
+                    && !self
+                        .backing
+                        .contains_key(&format!("{step_dir}/response.md"))
+                {
+                    add_leaf(&mut v, &format!("{step_dir}/response.md"), Want::Rendered);
+                }
+            }
+            // An agent with a branch shows its conversation.
+            let id = dir.trim_start_matches("steps/");
+            if self.agents.contains_key(id)
+                && !self.backing.contains_key(&format!("{dir}/transcript.md"))
+            {
+                add_leaf(&mut v, &format!("{dir}/transcript.md"), Want::Rendered);
             }
         }
         for (id, agent) in &self.agents {
@@ -537,6 +565,15 @@ fn matches(path: &str, want: Option<&Want>, seen: &Seen) -> bool {
             },
         ) => *size == bytes.len() as u64 && got.as_ref() == Ok(bytes) && perm == got_perm,
         (Some(Want::Link(t)), Seen::Link(Ok(got))) => t == got,
+        (
+            Some(Want::Rendered),
+            Seen::File {
+                perm,
+                size,
+                bytes: Ok(got),
+                ..
+            },
+        ) => *size == got.len() as u64 && *perm == 0o444,
         _ => false,
     }
 }
@@ -583,6 +620,7 @@ fn show_want(path: &str, w: Option<&Want>) -> String {
             show_bytes(bytes)
         ),
         Some(Want::Link(t)) => format!("symlink -> {t}"),
+        Some(Want::Rendered) => "a rendered file, mode 444, its size what it reads".into(),
     }
 }
 

@@ -426,3 +426,144 @@ fn a_real_response_json_appended_byte_by_byte_only_grows() {
         fresh.response_read(&file, key, false, 0, len).unwrap()
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// The same views through a real mount.
+// ---------------------------------------------------------------------------------------
+
+/// Through the mount, every completed step's `response.md` holds the blocks litany
+/// committed, is exactly as long as `stat` says, and reaches its step through `latest`
+/// for the highest one; every continuation address in every `transcript.md` opens.
+#[test]
+fn through_the_mount_response_md_and_transcript_md_hold_what_litany_committed() {
+    let Some(r) = plain() else { return };
+    let m = common::mount::Mounted::new(&r.ws);
+    let refs = Refs::open(&r.ws.join("repo.git")).unwrap();
+    let (mut steps, mut addresses) = (0, 0);
+    for (agent, tip) in agents(&refs) {
+        for step in completed_steps(&r.ws, &agent) {
+            let rel = step.strip_prefix(&r.ws).unwrap();
+            let md_path = m.mnt.join(rel).join("response.md");
+            let md = std::fs::read(&md_path).unwrap();
+            assert_eq!(
+                std::fs::metadata(&md_path).unwrap().len(),
+                md.len() as u64,
+                "{}: stat is exact",
+                md_path.display()
+            );
+            let md = String::from_utf8(md).unwrap();
+            let (name, entry) = committed_entry(&refs, tip, &step);
+            check_faithful(&md, &entry, &format!("{agent}/{} ({name})", rel.display()));
+            steps += 1;
+        }
+        let transcript = std::fs::read_to_string(m.path(&format!("steps/{agent}/transcript.md")))
+            .unwrap_or_else(|e| panic!("{agent}: transcript.md: {e}"));
+        for marker in markers(&transcript) {
+            let Some(address) = marker.address else {
+                continue;
+            };
+            // `cat` follows the address verbatim under the mount.
+            let page = std::fs::read(m.mnt.join(&address))
+                .unwrap_or_else(|e| panic!("{agent}: {address}: {e}"));
+            assert!(page.len() <= 4096, "{address}");
+            addresses += 1;
+        }
+        let latest = std::fs::read_link(m.path(&format!("steps/{agent}/latest"))).unwrap();
+        assert!(
+            m.path(&format!("steps/{agent}"))
+                .join(&latest)
+                .join("request.json")
+                .exists(),
+            "{agent}: latest -> {latest:?}"
+        );
+    }
+    assert!(steps >= 8, "{steps} steps");
+    assert!(
+        addresses > 0,
+        "no continuation address in any transcript.md"
+    );
+}
+
+/// `tail -f response.md`, in a real process, while a response.json grows line by line
+/// (one line cut inside a multi-byte character): what it prints is the final rendering,
+/// so nothing shown ever changed, and the words arrive while the step streams.
+#[test]
+fn tail_f_of_response_md_follows_a_growing_response() {
+    let Some(r) = rich() else { return };
+    let source =
+        std::fs::read(r.ws.join("steps").join(&r.root_a).join("001/response.json")).unwrap();
+    let t = tempfile::tempdir().unwrap();
+    let f = litanyfs::fixture::Fixture::create(
+        &t.path().join("ws"),
+        litanyfs::workspace::refs::Flavour::Litany,
+    )
+    .unwrap();
+    let id = "20261202T094226Z-0122ccc2";
+    f.agent(id, None, &[]).unwrap();
+    f.step(id, 1, &[("response.json", b"")]).unwrap();
+    let backing = f.root().join(format!("steps/{id}/001/response.json"));
+    let m = common::mount::Mounted::new(f.root());
+    let md = m.path(&format!("steps/{id}/latest/response.md"));
+    let mut tail = Command::new("tail")
+        .args(["-c", "+1", "-f", "-s", "0.1"])
+        .arg(&md)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = tail.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut out = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&backing)
+        .unwrap();
+    let mut printed = Vec::new();
+    let mut saw_words_midway = false;
+    let lines: Vec<&[u8]> = source.split_inclusive(|b| *b == b'\n').collect();
+    for (i, line) in lines.iter().enumerate() {
+        use std::io::Write;
+        // Cut a line inside its first multi-byte character, if it has one.
+        let cut = line
+            .iter()
+            .position(|b| *b >= 0xc0)
+            .map_or(line.len(), |p| p + 1);
+        out.write_all(&line[..cut]).unwrap();
+        out.flush().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        out.write_all(&line[cut..]).unwrap();
+        out.flush().unwrap();
+        while let Ok(chunk) = rx.recv_timeout(std::time::Duration::from_millis(300)) {
+            printed.extend_from_slice(&chunk);
+        }
+        if i == lines.len() / 2 && String::from_utf8_lossy(&printed).contains("## text") {
+            saw_words_midway = true;
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let want = std::fs::read(&md).unwrap();
+    while printed.len() < want.len() && std::time::Instant::now() < deadline {
+        if let Ok(chunk) = rx.recv_timeout(std::time::Duration::from_millis(200)) {
+            printed.extend_from_slice(&chunk);
+        }
+    }
+    let _ = tail.kill();
+    let _ = tail.wait();
+    assert!(
+        saw_words_midway,
+        "tail -f showed no text while the response streamed"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&printed),
+        String::from_utf8_lossy(&want),
+        "tail -f printed something the final response.md does not hold"
+    );
+    assert!(std::str::from_utf8(&printed).is_ok(), "only complete UTF-8");
+}

@@ -922,6 +922,12 @@ impl Invalidator {
                 if let Some(c) = inodes.ino_of(&Node::backing(dir.join(&name))) {
                     quiet(n.inval_inode(INodeNo(c), 0, 0));
                 }
+                // A view rendered from that entry (response.md) changes with it.
+                if let Some(view) = crate::tree::derived_from(&dir, &name)
+                    && let Some(v) = inodes.ino_of(&view)
+                {
+                    quiet(n.inval_inode(INodeNo(v), 0, 0));
+                }
             }
             Change::Gone(dir) => {
                 if let Some(d) = inodes.ino_of(&Node::backing(dir.clone())) {
@@ -933,7 +939,13 @@ impl Invalidator {
                     quiet(n.inval_entry(INodeNo(p), name));
                 }
             }
-            Change::Refs => self.state.tree.refs().invalidate(),
+            Change::Refs => {
+                for node in self.state.tree.refs_changed() {
+                    if let Some(i) = inodes.ino_of(&node) {
+                        quiet(n.inval_inode(INodeNo(i), 0, 0));
+                    }
+                }
+            }
             Change::Overflow => {
                 log::warn!("inotify queue overflowed; invalidating every cached record");
                 self.state.tree.refs().invalidate();

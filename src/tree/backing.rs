@@ -30,7 +30,7 @@ impl Tree {
             Place::InboxEntry { agent } | Place::Steps { agent } => {
                 agent.as_deref() == Some(me.as_str())
             }
-            Place::AgentSteps { agent } => agent == me,
+            Place::AgentSteps { agent } | Place::Step { agent, .. } => agent == me,
             Place::ToolDir(r) | Place::Output(r) => r.agent() == me,
             Place::InboxDeep => false,
         }
@@ -110,9 +110,10 @@ impl Tree {
         {
             return Ok(node);
         }
-        if let Place::AgentSteps { agent } = b.place()
-            && let Some(view) = super::records::child(agent, name)
+        if let Some(view) = super::records::child(b.place(), name)
+            && self.backing.lstat(&b.rel().join(name)).is_err()
         {
+            // A record of the same name on disk, should one appear, wins.
             return Ok(Node::Record(view));
         }
         Ok(Node::Backing(b.join(name)))
@@ -144,9 +145,7 @@ impl Tree {
         if let Some(agent) = b.inbox_agent() {
             self.push_drafts(&mut out, agent);
         }
-        if let Place::AgentSteps { agent } = b.place() {
-            self.push_record_views(&mut out, agent);
-        }
+        self.push_record_views(&mut out, b.place());
         Ok(out)
     }
 
@@ -169,9 +168,11 @@ fn shows(b: &Backed, st: &Stat) -> bool {
     };
     match b.place() {
         Place::StepsRoot | Place::InboxRoot => true,
-        Place::AgentSteps { .. } | Place::Steps { .. } | Place::ToolDir(_) | Place::Output(_) => {
-            !steps::is_harness_temp(name.as_bytes())
-        }
+        Place::AgentSteps { .. }
+        | Place::Step { .. }
+        | Place::Steps { .. }
+        | Place::ToolDir(_)
+        | Place::Output(_) => !steps::is_harness_temp(name.as_bytes()),
         Place::Inbox { .. } => st.is_dir() && !name.as_bytes().starts_with(b"."),
         Place::InboxEntry { .. } => {
             st.is_file() && name.to_str().and_then(inbox::pending_sender).is_some()

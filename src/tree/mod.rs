@@ -12,7 +12,7 @@
 //! | `.../tools/<t>/output.json#...`, `stdout`, `stderr` | [`capture`] | pages and whole streams |
 //! | `inbox/<id>/` | [`backing`], [`inbox`] | pending deposits, and messages being written |
 //! | `agents/<id>/...`, `marks/<kind>/<id>`, `names/<Name>` | [`git`] | branches, marks, names |
-//! | `steps/<id>/latest` | [`records`] | views of an agent's records |
+//! | `steps/<id>/latest`, `transcript.md`, `<NNN>/response.md` | [`records`] | an agent's records as text |
 //!
 //! A path is parsed once into a typed [`Node`] (see [`node`]); each family's module
 //! answers every operation on its nodes, and this module only dispatches. Content is
@@ -31,7 +31,7 @@ mod records;
 
 pub use error::{ErrorKind, TreeError};
 pub use node::{Backed, Capture, DraftNode, GitNode, Node, Place, RecordView, TOP_LEVEL};
-pub use records::LATEST;
+pub use records::{DEFAULT_RECORDS_CACHE_BYTES, LATEST, RESPONSE_MD, TRANSCRIPT_MD, derived_from};
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -44,6 +44,7 @@ use parking_lot::Mutex;
 
 use crate::deposit::Depositor;
 use crate::paging::{CaptureKey, PageCache, Stream};
+use crate::records::Records;
 use crate::watch::Watcher;
 use crate::workspace::Workspace;
 use crate::workspace::backing::Backing;
@@ -189,6 +190,12 @@ pub enum Content {
         key: CaptureKey,
         stream: Stream,
     },
+    /// A `response.json` read as `response.md`, rendered as it grows.
+    Response {
+        file: File,
+        key: CaptureKey,
+        closed: bool,
+    },
 }
 
 /// What deposits through the mount need: the engine and who they come from.
@@ -212,6 +219,8 @@ pub struct Tree {
     confined: Option<String>,
     drafts: Drafts,
     pages: PageCache,
+    /// Renderings of `response.json` and transcripts ([`records`]).
+    records: Records,
     /// Change detection on the backing directories answered so far and on the refs;
     /// `None` when inotify is unavailable, and everything is kept only briefly.
     watcher: Option<Watcher>,
@@ -243,6 +252,7 @@ impl Tree {
             confined: None,
             drafts: Drafts::default(),
             pages: PageCache::new(DEFAULT_PAGE_CACHE_BYTES),
+            records: Records::new(DEFAULT_RECORDS_CACHE_BYTES),
             watcher: None,
         })
     }
@@ -281,9 +291,10 @@ impl Tree {
         self
     }
 
-    /// Bounds what the page cache keeps, in bytes.
+    /// Bounds what the page cache keeps, and what the renderings keep, in bytes (each).
     pub fn with_cache_bytes(mut self, bytes: usize) -> Self {
         self.pages = PageCache::new(bytes);
+        self.records = Records::new(bytes);
         self
     }
 
@@ -439,8 +450,10 @@ impl Tree {
     /// change to them is reported, i.e. its directory (and, for a directory, itself) is
     /// watched.
     pub fn ttl(&self, node: &Node, attr: &Attr) -> Duration {
-        let Node::Backing(b) = node else {
-            return SHORT_TTL;
+        let b = match node {
+            Node::Backing(b) => b,
+            Node::Record(v) => return self.record_ttl(v).unwrap_or(SHORT_TTL),
+            _ => return SHORT_TTL,
         };
         // An inbox directory's listing also changes with drafts, which no watch reports;
         // its mtime says so, and the kernel must ask for it often.
@@ -559,6 +572,10 @@ impl Tree {
                 opened.direct_io = true;
                 opened.no_flush = false;
             }
+            // It grows (a response being streamed) or may differ from the size the
+            // kernel last saw (a transcript whose tip moved): reads ask the daemon.
+            Content::Response { .. } => opened.direct_io = true,
+            Content::Bytes(_) if matches!(node, Node::Record(_)) => opened.direct_io = true,
             Content::Bytes(_) | Content::Stream { .. } => {}
         }
         Ok(opened)
@@ -600,6 +617,9 @@ impl Tree {
                 .pages
                 .read(file, *key, *stream, offset, u64::from(size))
                 .map_err(|e| TreeError::new(node.path(), ErrorKind::Page(e))),
+            Content::Response { file, key, closed } => {
+                self.read_response(node, file, *key, *closed, offset, size)
+            }
         }
     }
 

@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 
 use crate::paging::address::{OUTPUT_FILE, TOOLS_DIR};
 use crate::paging::{Address, RecordPath, Stream};
+use crate::workspace::steps::step_number;
 use crate::workspace::{AGENTS_DIR, INBOX_DIR, STEPS_DIR};
+use std::os::unix::ffi::OsStrExt;
 
 /// The virtual directory of marks (`marks/<kind>/<id>`).
 pub const MARKS_DIR: &str = "marks";
@@ -46,12 +48,18 @@ pub enum Node {
 pub enum RecordView {
     /// `steps/<id>/latest`: a symlink to the highest-numbered step directory.
     Latest { agent: String },
+    /// `steps/<id>/<NNN>/response.md`: the step's `response.json` as text.
+    Response { agent: String, step: String },
+    /// `steps/<id>/transcript.md`: the agent's committed conversation as text.
+    Transcript { agent: String },
 }
 
 impl RecordView {
     pub fn agent(&self) -> &str {
         match self {
-            RecordView::Latest { agent } => agent,
+            RecordView::Latest { agent }
+            | RecordView::Response { agent, .. }
+            | RecordView::Transcript { agent } => agent,
         }
     }
 }
@@ -71,6 +79,8 @@ pub enum Place {
     StepsRoot,
     /// `steps/<id>`: an agent's step directories and `driver.log`.
     AgentSteps { agent: String },
+    /// `steps/<id>/<NNN>`: one numbered step directory.
+    Step { agent: String, step: String },
     /// `steps/<id>/...`, at any depth not named here (`None` for a non-UTF-8 id).
     Steps { agent: Option<String> },
     /// `steps/<id>/<NNN>/tools/<tool-id>`, when the page grammar takes it as a record.
@@ -104,6 +114,15 @@ impl Place {
                 },
                 None => Place::Steps { agent: None },
             },
+            [top, agent, step] if *top == STEPS_DIR && step_number(step.as_bytes()).is_some() => {
+                match agent.to_str() {
+                    Some(agent) => Place::Step {
+                        agent: agent.to_string(),
+                        step: step.to_string_lossy().into_owned(),
+                    },
+                    None => Place::Steps { agent: None },
+                }
+            }
             [top, agent, step, tools, tool] if *top == STEPS_DIR && *tools == TOOLS_DIR => {
                 record(agent, step, tool)
                     .map(Place::ToolDir)
@@ -135,7 +154,7 @@ impl Place {
             Place::Steps { agent } | Place::Inbox { agent } | Place::InboxEntry { agent } => {
                 agent.as_deref()
             }
-            Place::AgentSteps { agent } => Some(agent),
+            Place::AgentSteps { agent } | Place::Step { agent, .. } => Some(agent),
             Place::ToolDir(r) | Place::Output(r) => Some(r.agent()),
             Place::StepsRoot | Place::InboxRoot | Place::InboxDeep => None,
         }
@@ -262,6 +281,12 @@ impl Node {
             Node::Record(RecordView::Latest { agent }) => {
                 format!("{STEPS_DIR}/{agent}/{}", super::records::LATEST)
             }
+            Node::Record(RecordView::Response { agent, step }) => {
+                format!("{STEPS_DIR}/{agent}/{step}/{}", super::records::RESPONSE_MD)
+            }
+            Node::Record(RecordView::Transcript { agent }) => {
+                format!("{STEPS_DIR}/{agent}/{}", super::records::TRANSCRIPT_MD)
+            }
         }
     }
 
@@ -325,6 +350,13 @@ mod tests {
         }
         assert_eq!(
             Place::of(Path::new("steps/a/001")),
+            Place::Step {
+                agent: "a".into(),
+                step: "001".into()
+            }
+        );
+        assert_eq!(
+            Place::of(Path::new("steps/a/notes")),
             Place::Steps {
                 agent: Some("a".into())
             }

@@ -1,6 +1,7 @@
 use super::*;
 use crate::fixture::Fixture;
 use crate::workspace::refs::Flavour;
+use std::io::Write as _;
 
 const A: &str = "20261202T094226Z-0122ccc2";
 const B: &str = "20261202T094227Z-0abc0def";
@@ -290,7 +291,10 @@ fn large_captures_are_listed_without_being_parsed() {
 #[test]
 fn latest_links_to_the_highest_numbered_step_and_moves() {
     let (_t, f, tree) = setup(Flavour::Litany);
-    assert_eq!(names(&tree, &format!("steps/{A}")), ["001", "latest"]);
+    assert_eq!(
+        names(&tree, &format!("steps/{A}")),
+        ["001", "latest", "transcript.md"]
+    );
     let (node, attr) = resolve(&tree, &format!("steps/{A}/latest")).unwrap();
     assert_eq!((attr.kind, attr.size), (Kind::Symlink, 3));
     assert_eq!(tree.readlink(&node).unwrap(), b"001");
@@ -312,4 +316,69 @@ fn latest_links_to_the_highest_numbered_step_and_moves() {
     // Opening the link itself as a file is ELOOP.
     let e = tree.open_content(&node).unwrap_err();
     assert_eq!(e.errno(), libc::ELOOP);
+}
+
+#[test]
+fn response_md_renders_the_record_and_grows_with_it() {
+    let (_t, f, tree) = setup(Flavour::Litany);
+    let start = concat!(
+        r#"{"type":"message_start","v":1,"id":"m1","model":"fake","role":"assistant"}"#,
+        "\n",
+        r#"{"type":"content_start","index":0,"kind":{"text":{}}}"#,
+        "\n",
+        r#"{"type":"content_delta","index":0,"delta":{"text_delta":"Hello, "}}"#,
+        "\n"
+    );
+    f.step(A, 2, &[("response.json", start.as_bytes())])
+        .unwrap();
+    let dir = format!("steps/{A}/002");
+    assert!(names(&tree, &dir).contains(&"response.md".to_string()));
+    let path = format!("{dir}/response.md");
+    let first = read(&tree, &path);
+    let text = String::from_utf8(first.clone()).unwrap();
+    assert!(text.contains("Hello, "), "{text}");
+    let (node, attr) = resolve(&tree, &path).unwrap();
+    assert_eq!(attr.size, first.len() as u64, "stat is exact");
+    assert_eq!(tree.ttl(&node, &attr), NO_TTL, "a step in flight may grow");
+    // An appended delta (its line cut inside 'é' first) grows the rendering and keeps
+    // what was shown.
+    let more = r#"{"type":"content_delta","index":0,"delta":{"text_delta":"wörld é"}}"#;
+    let file = f.root().join(&dir).join("response.json");
+    let (head, tail) = more.as_bytes().split_at(more.len() - 4);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap()
+        .write_all(head)
+        .unwrap();
+    assert_eq!(read(&tree, &path), first, "half a line shows nothing yet");
+    let mut rest = tail.to_vec();
+    rest.push(b'\n');
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap()
+        .write_all(&rest)
+        .unwrap();
+    let second = read(&tree, &path);
+    assert!(second.starts_with(&first), "append-only");
+    assert!(String::from_utf8(second).unwrap().contains("wörld é"));
+    // Under --agent, only one's own.
+    let confined = Tree::new(Workspace::open(f.root()).unwrap())
+        .unwrap()
+        .confined_to(B);
+    assert!(confined.getattr(&node).is_err());
+}
+
+#[test]
+fn transcript_md_is_the_conversation_at_the_tip() {
+    let (_t, _f, tree) = setup(Flavour::Litany);
+    let path = format!("steps/{A}/transcript.md");
+    let text = String::from_utf8(read(&tree, &path)).unwrap();
+    assert!(text.contains("001"), "{text}");
+    assert!(text.contains("hi"), "{text}");
+    let (_, attr) = resolve(&tree, &path).unwrap();
+    assert_eq!(attr.size, text.len() as u64);
+    // An agent with no branch has none.
+    assert!(resolve(&tree, "steps/nobody/transcript.md").is_err());
 }

@@ -4,6 +4,11 @@
 /// The driver's stderr log beside an agent's numbered step directories.
 pub const DRIVER_LOG: &str = "driver.log";
 
+/// A step's raw model answer: the NDJSON of brazen stream events, appended as they come.
+pub const RESPONSE_FILE: &str = "response.json";
+/// A step's closing record: written once the step is done, so its records no longer grow.
+pub const META_FILE: &str = "meta.json";
+
 /// The suffix of the harness's write-then-rename temp files (`output.json.tmp`,
 /// `input.json.tmp`, `*-mark.<pid>.tmp`). A `.tmp` file is never a finished record.
 pub const HARNESS_TEMP_SUFFIX: &str = ".tmp";
