@@ -241,11 +241,17 @@ def bench_sequential(tmp):
 
 
 def derived_names(steps):
-    """Names the mount adds under steps/ beyond the records: each agent's `latest`."""
+    """Names the mount adds under steps/ beyond the records: each agent's `latest` and
+    (for an agent with a branch) `transcript.md`, and each step's `response.md`."""
+    heads = steps.parent / "repo.git" / "refs" / "heads" / "agents"
     n = 0
     for agent in os.scandir(steps):
-        if agent.is_dir() and any(e.is_dir() and e.name.isdigit() for e in os.scandir(agent.path)):
-            n += 1
+        if not agent.is_dir():
+            continue
+        numbered = [e for e in os.scandir(agent.path) if e.is_dir() and e.name.isdigit()]
+        n += 1 if numbered else 0
+        n += 1 if (heads / agent.name).exists() else 0
+        n += sum(1 for e in numbered if os.path.exists(os.path.join(e.path, "response.json")))
     return n
 
 
@@ -282,7 +288,7 @@ def bench_walk(tmp):
     cold, floor = statistics.median(colds), statistics.median(floors)
     warm = statistics.median(timed(walk, mnt / "steps")[0] for _ in range(3))
     pid = daemon_pid(mnt)
-    row(f"cold walk of {shown} entries ({count} on disk; median of 3 fresh mounts), s", round(cold, 3), round(nat, 3), round(cold / nat, 2), lambda r: r <= 2.0, " s", f"runs {[round(c, 2) for c in colds]}")
+    row(f"cold walk of {shown} entries ({count} on disk; median of {len(colds)} fresh mounts), s", round(cold, 3), round(nat, 3), round(cold / nat, 2), lambda r: r <= 2.0, " s", f"runs {[round(c, 2) for c in colds]}")
     row("FUSE floor: the same cold walk through floorfs, s", round(floor, 3), round(nat, 3), round(floor / nat, 2), None, " s", f"runs {[round(c, 2) for c in floors]}; a server that answers from memory and does nothing else")
     if os.cpu_count() >= 2:
         # The same cold walks with the walker and the server on one CPU, where waking the
