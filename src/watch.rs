@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 
 use crate::inotify::{EVENT_BUFFER, Inotify};
 use crate::workspace::backing::Backing;
-use crate::workspace::refs::{AGENT_REF_PREFIX, Flavour};
+use crate::workspace::refs::ref_places;
 
 /// What a backing directory's watch reports.
 const DIR_MASK: u32 = libc::IN_CREATE
@@ -90,26 +90,10 @@ impl Watcher {
     /// every refs change, so directories created later (a first mark of a new kind) are
     /// picked up; inotify folds repeated watches of one directory into one.
     fn watch_refs(&self) {
-        let mut dirs = vec![
-            self.repo.clone(),
-            self.repo.join("refs"),
-            self.repo.join("refs/heads"),
-            self.repo.join(AGENT_REF_PREFIX),
-        ];
-        for flavour in [Flavour::Litany, Flavour::Lernie] {
-            let root = self.repo.join(flavour.mark_root());
-            if let Ok(rd) = std::fs::read_dir(&root) {
-                dirs.extend(
-                    rd.flatten()
-                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                        .map(|e| e.path()),
-                );
-            }
-            dirs.push(root);
-        }
         let mut wds = self.wds.lock();
-        for d in dirs {
-            if let Ok(wd) = self.inotify.add(&d, REFS_MASK) {
+        for place in ref_places(&self.repo) {
+            // `packed-refs` is no directory: the repository directory's watch covers it.
+            if let Ok(wd) = self.inotify.add(&place, REFS_MASK) {
                 wds.insert(wd, Watched::Refs);
             }
         }
@@ -198,6 +182,7 @@ impl Watcher {
 mod tests {
     use super::*;
     use crate::workspace::REPO_DIR;
+    use crate::workspace::refs::Flavour;
 
     #[test]
     fn backing_and_ref_changes_are_reported() {

@@ -26,6 +26,33 @@ pub fn agent_ref(id: &str) -> String {
     format!("{AGENT_REF_PREFIX}{id}")
 }
 
+/// Every place a ref update touches, the one home of that map: `packed-refs` in the
+/// repository directory, the directories above and of the agent branches (where a first
+/// branch or a `pack-refs` lands), and each mark root of both flavours with its kind
+/// directories. Watching the directories among them sees every ref come, go or move; a
+/// stat of the rest ([`Refs`]'s fingerprint) tells whether any did.
+pub fn ref_places(repo_dir: &Path) -> Vec<PathBuf> {
+    let mut places = vec![
+        repo_dir.join("packed-refs"),
+        repo_dir.to_path_buf(),
+        repo_dir.join("refs"),
+        repo_dir.join("refs/heads"),
+        repo_dir.join(AGENT_REF_PREFIX),
+    ];
+    for flavour in [Flavour::Litany, Flavour::Lernie] {
+        let root = repo_dir.join(flavour.mark_root());
+        if let Ok(rd) = std::fs::read_dir(&root) {
+            places.extend(
+                rd.flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+        places.push(root);
+    }
+    places
+}
+
 /// The file at an agent's tree root that holds its name (`<Name>\n`, or empty).
 pub const NAME_FILE: &str = "name";
 /// The longest a snapshot is trusted without re-reading the refs.
@@ -273,21 +300,13 @@ impl Refs {
         self.watched.store(watched, Ordering::Relaxed);
     }
 
-    /// Stat of every place a ref update touches: `packed-refs`, the agents directory
-    /// and each mark root with its kind directories.
+    /// Stat of every place a ref update touches ([`ref_places`]), but the repository
+    /// directory itself, which changes with every temp file the harness makes there
+    /// (`packed-refs` stands for it).
     fn fingerprint(&self) -> Fingerprint {
-        let mut dirs = vec![
-            self.repo_dir.join("packed-refs"),
-            self.repo_dir.join(AGENT_REF_PREFIX),
-        ];
-        for flavour in [Flavour::Litany, Flavour::Lernie] {
-            let root = self.repo_dir.join(flavour.mark_root());
-            if let Ok(rd) = std::fs::read_dir(&root) {
-                dirs.extend(rd.flatten().map(|e| e.path()));
-            }
-            dirs.push(root);
-        }
-        dirs.into_iter()
+        ref_places(&self.repo_dir)
+            .into_iter()
+            .filter(|p| *p != self.repo_dir)
             .map(|p| {
                 let stamp = std::fs::metadata(&p).ok().and_then(|m| {
                     use std::os::unix::fs::MetadataExt;
