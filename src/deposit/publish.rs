@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use super::DepositError;
 use super::spare::Spare;
 use crate::workspace::INBOX_DIR;
-use crate::workspace::backing::{cstring, cvt, fstat, openat2_beneath};
+use crate::workspace::backing::{cstring, cvt, fstat, open_beneath};
 use crate::workspace::ids::is_component;
 use crate::workspace::inbox::{message_filename, next_sequence};
 
@@ -77,22 +77,6 @@ pub(crate) fn publish_with(
 ) -> Result<Published, DepositError> {
     let dir = InboxDir::open(root, recipient)?;
     Ok(dir.publish(body, sender, None, spare)?.0)
-}
-
-/// `openat2(dirfd, name, flags, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, or `openat` with
-/// `O_NOFOLLOW` on a kernel without `openat2` (`name` is then a single component, so the
-/// only symlink it could meet is the last one).
-fn open_beneath(dirfd: &OwnedFd, name: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
-    match openat2_beneath(dirfd, name, flags) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
-            let flags = flags | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-            // SAFETY: valid dirfd and NUL-terminated path; the result is checked.
-            let fd = cvt(unsafe { libc::openat(dirfd.as_raw_fd(), name.as_ptr(), flags) })?;
-            // SAFETY: the descriptor was just returned to us and is owned by nobody else.
-            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-        }
-        other => other,
-    }
 }
 
 /// A new file with no name on `dir`'s filesystem (`O_TMPFILE`), mode `0666` less the

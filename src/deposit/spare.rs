@@ -31,7 +31,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::publish::unnamed_file;
 use crate::workspace::INBOX_DIR;
-use crate::workspace::backing::{cstring, cvt, fstat, openat2_beneath};
+use crate::workspace::backing::{cstring, cvt, fstat, open_beneath};
 
 /// How many spare files are kept ready.
 pub const SPARES: usize = 8;
@@ -143,7 +143,7 @@ impl Shared {
         // SAFETY: the descriptor was just returned to us.
         let root = unsafe { OwnedFd::from_raw_fd(root) };
         let c_inbox = cstring(INBOX_DIR.as_bytes())?;
-        let inbox = openat2_beneath(&root, &c_inbox, libc::O_PATH | libc::O_DIRECTORY)?;
+        let inbox = open_beneath(&root, &c_inbox, libc::O_PATH | libc::O_DIRECTORY)?;
         let mut out = Vec::with_capacity(n);
         for _ in 0..n {
             let file = unnamed_file(&inbox)?;

@@ -90,7 +90,7 @@ impl Backing {
     }
 
     /// Opens `rel` (relative to the root; `""` is the root) beneath the root, refusing
-    /// every symlink on the way and at the end.
+    /// every symlink on the way and at the end ([`open_beneath`]).
     fn openat2(&self, rel: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
         let rel = if rel.as_os_str().is_empty() {
             Path::new(".")
@@ -98,7 +98,7 @@ impl Backing {
             rel
         };
         let c = cstring(rel.as_os_str().as_bytes())?;
-        openat2_beneath(&self.root, &c, flags)
+        open_beneath(&self.root, &c, flags)
     }
 
     /// An `O_PATH` descriptor on directory `rel`, resolved beneath the root.
@@ -196,13 +196,23 @@ impl Backing {
     }
 }
 
-/// `openat2(dir, path, flags | O_CLOEXEC | O_NOFOLLOW)` resolved beneath `dir` with no
-/// symlink anywhere on the way (`ENOSYS` on a kernel without `openat2`).
-pub(crate) fn openat2_beneath(
+/// Opens `path` (relative, one or more components) beneath `dir` with no symlink
+/// anywhere on the way or at the end: the one home of confined opens. It is
+/// `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`; on a kernel without `openat2`
+/// (`ENOSYS`) the same walk is done a component at a time with `O_NOFOLLOW`, refusing
+/// `..` (`EXDEV`, as `RESOLVE_BENEATH` would).
+pub(crate) fn open_beneath(
     dir: &impl AsRawFd,
     path: &CStr,
     flags: libc::c_int,
 ) -> io::Result<OwnedFd> {
+    match openat2_beneath(dir, path, flags) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => walk_beneath(dir, path, flags),
+        other => other,
+    }
+}
+
+fn openat2_beneath(dir: &impl AsRawFd, path: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
     // SAFETY: open_how is plain old data; all-zero is its valid default.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
@@ -222,6 +232,38 @@ pub(crate) fn openat2_beneath(
     }
     // SAFETY: the syscall returned a new descriptor that we now own.
     Ok(unsafe { OwnedFd::from_raw_fd(r as libc::c_int) })
+}
+
+/// [`open_beneath`] without `openat2`: each directory on the way is opened `O_PATH |
+/// O_NOFOLLOW | O_DIRECTORY` from the one before, so no symlink is ever followed.
+fn walk_beneath(dir: &impl AsRawFd, path: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+    let openat = |at: libc::c_int, name: &[u8], flags: libc::c_int| -> io::Result<OwnedFd> {
+        let c = cstring(name)?;
+        // SAFETY: valid dirfd and NUL-terminated name; the result is checked.
+        let fd = cvt(unsafe {
+            libc::openat(at, c.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        })?;
+        // SAFETY: the descriptor was just returned to us and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    let parts: Vec<&[u8]> = path
+        .to_bytes()
+        .split(|b| *b == b'/')
+        .filter(|p| !p.is_empty() && *p != b".")
+        .collect();
+    if parts.iter().any(|p| *p == b"..") {
+        return Err(io::Error::from_raw_os_error(libc::EXDEV));
+    }
+    let Some((last, dirs)) = parts.split_last() else {
+        return openat(dir.as_raw_fd(), b".", flags);
+    };
+    let mut at: Option<OwnedFd> = None;
+    for d in dirs {
+        let from = at.as_ref().map_or(dir.as_raw_fd(), |f| f.as_raw_fd());
+        at = Some(openat(from, d, libc::O_PATH | libc::O_DIRECTORY)?);
+    }
+    let from = at.as_ref().map_or(dir.as_raw_fd(), |f| f.as_raw_fd());
+    openat(from, last, flags)
 }
 
 struct DirGuard(*mut libc::DIR);
@@ -269,6 +311,32 @@ pub fn fstat(file: &impl AsRawFd) -> io::Result<Stat> {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    /// The fallback for kernels without `openat2` confines as `openat2` does.
+    #[test]
+    fn the_walk_without_openat2_refuses_symlinks_and_dot_dot() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("a/b")).unwrap();
+        std::fs::write(t.path().join("a/b/f"), b"x").unwrap();
+        symlink(outside.path(), t.path().join("a/out")).unwrap();
+        symlink("b/f", t.path().join("a/lf")).unwrap();
+        let root = File::open(t.path()).unwrap();
+        let open = |p: &str| walk_beneath(&root, &cstring(p.as_bytes()).unwrap(), libc::O_RDONLY);
+        let mut got = String::new();
+        std::io::Read::read_to_string(&mut File::from(open("a/b/f").unwrap()), &mut got).unwrap();
+        assert_eq!(got, "x");
+        assert!(open("./a//b/f").is_ok());
+        // A symlinked directory on the way is no directory to O_NOFOLLOW (ENOTDIR).
+        let e = open("a/out/x").unwrap_err().raw_os_error();
+        assert!(matches!(e, Some(libc::ENOTDIR | libc::ELOOP)), "{e:?}");
+        assert_eq!(open("a/lf").unwrap_err().raw_os_error(), Some(libc::ELOOP));
+        assert_eq!(
+            open("a/../a/b/f").unwrap_err().raw_os_error(),
+            Some(libc::EXDEV)
+        );
+        assert!(open("").is_ok(), "the directory itself");
+    }
 
     #[test]
     fn never_follows_symlinks() {
