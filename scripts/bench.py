@@ -349,7 +349,7 @@ def bench_scale(tmp):
     """The walk section at 10x the workspace: the ratios to native should stay within 10%
     of the 64k figures, and the daemon's peak RSS at most 150 MiB."""
     agents, steps = 2000, 40
-    print(f"7. scale: {agents} agents x {steps} steps", flush=True)
+    print(f"8. scale: {agents} agents x {steps} steps", flush=True)
     ws = tmp / "scale"
     t = time.perf_counter()
     make_workspace(ws, agents, steps)
@@ -392,7 +392,7 @@ def bench_scale(tmp):
 
 
 def bench_refs(tmp):
-    print("6. marks/ and agents/ with 1,000 agents and 5,000 refs", flush=True)
+    print("7. marks/ and agents/ with 1,000 agents and 5,000 refs", flush=True)
     ws = tmp / "refs"
     make_workspace(ws, 1000, 0, refs_per_agent=5)
     mnt = tmp / "refs-mnt"
@@ -567,6 +567,112 @@ def bench_deposits(tmp):
     unmount(mnt)
 
 
+def delta_line(i):
+    """One text delta as brazen writes it (compact JSON: the renderer has a fast path for it)."""
+    words = ["the ", "model", "'s ", "answer", " streams", " wörd", " €", ".\n"]
+    return json.dumps({"type": "content_delta", "index": 0, "delta": {"text_delta": words[i % len(words)]}}, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def write_response(path, nbytes):
+    """A response.json of `nbytes` bytes of text deltas, as a long streamed answer."""
+    head = '{"type":"message_start","v":1,"id":"msg_bench","model":"fake","role":"assistant"}\n'
+    head += '{"type":"content_start","index":0,"kind":{"text":{}}}\n'
+    lines = "".join(delta_line(i) for i in range(8)).encode()
+    reps = nbytes // len(lines) + 1
+    path.write_bytes(head.encode() + lines * reps)
+
+
+def make_transcript(ws, aid, entries):
+    """`entries` commits on agent `aid`'s branch, each adding one transcript entry (a
+    message, a model turn with a bash call, its tool result), through git fast-import."""
+    out = []
+    tool = "Exit code: 0\n" + "line of output\n" * 200
+    for n in range(1, entries + 1):
+        if n % 3 == 1:
+            name = f"{n:03}-user.md"
+            body = f"---\nfrom: user\ndeposited_at: 2026-12-02T18:08:10Z\n---\nmessage {n}"
+        elif n % 3 == 2:
+            name = f"{n:03}-claude-sonnet-5.json"
+            body = json.dumps({"content": [{"type": "text", "text": f"answer {n} " * 20}, {"type": "tool_use", "id": f"toolu_{n}", "name": "bash", "input": {"command": f"seq 1 {n}"}}], "usage": {"input_tokens": n, "output_tokens": 30}})
+        else:
+            name = f"{n:03}-tool.json"
+            body = json.dumps([{"type": "tool_result", "tool_use_id": f"toolu_{n - 1}", "content": [{"type": "text", "text": tool}], "is_error": False}])
+        data = body.encode()
+        msg = f"transcript {n:03}: {name.split('-', 1)[1]} [{aid}]".encode()
+        out.append(f"commit refs/heads/agents/{aid}\ncommitter b <b@b> {1796234890 + n} +0000\ndata {len(msg)}\n".encode() + msg + b"\n")
+        if n == 1:
+            out.append(b"deleteall\n")
+        out.append(f"M 100644 inline messages/{name}\ndata {len(data)}\n".encode() + data + b"\n\n")
+    subprocess.run(["git", "--git-dir", str(ws / "repo.git"), "fast-import", "--quiet", "--force"], input=b"".join(out), check=True, capture_output=True)
+
+
+def until_grows(fd, want):
+    """Reads `fd` from where it is until `want` more bytes came: what `tail -f` does."""
+    got = 0
+    while got < want:
+        b = os.read(fd, 1 << 16)
+        if not b:
+            time.sleep(0.0001)
+        got += len(b)
+
+
+def bench_records(tmp):
+    print("6. readable records: response.md over a 50 MB response.json, one appended delta, a 1,000-entry transcript.md", flush=True)
+    ws = tmp / "rec"
+    ids = make_workspace(ws, 2, 1)
+    aid, tid = ids
+    step = ws / "steps" / aid / "001"
+    # In flight (no meta.json): served live, as while the model streams.
+    (step / "meta.json").unlink()
+    mb = 10 if QUICK else 50
+    write_response(step / "response.json", mb << 20)
+    entries = 300 if QUICK else 1000
+    make_transcript(ws, tid, entries)
+    mnt = tmp / "rec-mnt"
+    mount(ws, mnt)
+    rel = step.relative_to(ws)
+    native = min(timed(read_all, step / "response.json")[0] for _ in range(3))
+    raw = min(timed(read_all, mnt / rel / "response.json")[0] for _ in range(3))
+    first, size = timed(read_all, mnt / rel / "response.md")
+    warm = min(timed(read_all, mnt / rel / "response.md")[0] for _ in range(3))
+    row(f"cat response.md ({mb} MB of deltas, first read) / cat response.json, through the mount", round(first, 3), round(raw, 3), round(first / raw, 2), lambda r: r <= 3.0, " s", f"rendered {round(size / 1e6, 1)} MB; again {round(warm, 3)} s; native cat of response.json {round(native, 3)} s")
+    # One appended delta: from the write to response.json on disk to its rendering read
+    # by a reader sitting at the end of response.md; anchor: the same for response.json.
+    n = 50 if QUICK else 200
+    lat = {}
+    for name in ("response.json", "response.md"):
+        fd = os.open(mnt / rel / name, os.O_RDONLY)
+        try:
+            while os.read(fd, 1 << 20):
+                pass
+            costs = []
+            with open(step / "response.json", "a") as app:
+                for i in range(n):
+                    line = delta_line(i)
+                    want = len(line.encode()) if name == "response.json" else 1
+                    app.write(line)
+                    app.flush()
+                    t = time.perf_counter()
+                    until_grows(fd, want)
+                    costs.append(time.perf_counter() - t)
+                    while os.read(fd, 1 << 16):
+                        pass
+            costs.sort()
+            lat[name] = (statistics.median(costs) * 1e6, costs[len(costs) * 99 // 100] * 1e6)
+        finally:
+            os.close(fd)
+    (md, md99), (js, js99) = lat["response.md"], lat["response.json"]
+    row("one appended delta seen by a reader at the end of response.md, us (median)", round(md), round(js), round(md / js, 2), None, " us", f"p99 {round(md99)} us vs {round(js99)} us; anchor: the same reader of response.json (issue target: rendering under 1 ms)")
+    t_rel = Path("steps") / tid / "transcript.md"
+    cold, tsize = timed(read_all, mnt / t_rel)
+    again = min(timed(read_all, mnt / t_rel)[0] for _ in range(3))
+    row(f"cat transcript.md ({entries} entries), first read, s", round(cold, 3), round(again, 3), round(cold / again, 1), None, " s", f"{round(tsize / 1e6, 1)} MB; anchor: again, cached by the tip")
+    pid = daemon_pid(mnt)
+    rss = peak_rss_mib(pid) if pid else None
+    row("daemon peak RSS after the records", rss, 100, None if rss is None else round(rss / 100, 2), lambda r: r is not None and r <= 1.0, " MiB")
+    unmount(mnt)
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     global QUICK
@@ -576,7 +682,7 @@ def main():
     tmp = Path(tempfile.mkdtemp(prefix="litanyfs-bench-"))
     started = time.time()
     try:
-        sections = [("seq", bench_sequential), ("walk", bench_walk), ("paging", bench_paging), ("deposits", bench_deposits), ("refs", bench_refs), ("scale", bench_scale)]
+        sections = [("seq", bench_sequential), ("walk", bench_walk), ("paging", bench_paging), ("deposits", bench_deposits), ("records", bench_records), ("refs", bench_refs), ("scale", bench_scale)]
         for name, f in sections:
             if only and name not in only:
                 continue
