@@ -132,45 +132,55 @@ impl Backing {
 
     /// The entries of directory `rel` with their `lstat`, without `.` and `..`. Entries
     /// that vanish between the listing and their stat are skipped.
+    ///
+    /// Read with `getdents64` on the descriptor itself: `fdopendir` would add an `fstat`
+    /// and two `fcntl`s to every listing, and a walk lists every directory.
     pub fn list(&self, rel: &Path) -> io::Result<Vec<(OsString, Stat)>> {
         let fd = self.openat2(rel, libc::O_RDONLY | libc::O_DIRECTORY)?;
         let mut out = Vec::new();
-        // SAFETY: fdopendir takes ownership of a valid directory descriptor; the stream
-        // is closed below on every path.
-        let dirp = unsafe { libc::fdopendir(fd.as_raw_fd()) };
-        if dirp.is_null() {
-            return Err(io::Error::last_os_error());
-        }
-        std::mem::forget(fd); // now owned by `dirp`
-        let guard = DirGuard(dirp);
+        let mut buf = vec![0u8; LIST_BUFFER];
         loop {
-            // SAFETY: `dirp` is a live stream; readdir's result is valid until the next call.
-            let ent = unsafe { libc::readdir64(guard.0) };
-            if ent.is_null() {
-                break;
-            }
-            // SAFETY: d_name is NUL-terminated within the dirent.
-            let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
-            if name == b"." || name == b".." {
-                continue;
-            }
-            let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-            // SAFETY: dirfd(dirp) is valid, `name` is NUL-terminated, `st` is writable.
-            let r = unsafe {
-                libc::fstatat(
-                    libc::dirfd(guard.0),
-                    (*ent).d_name.as_ptr(),
-                    st.as_mut_ptr(),
-                    libc::AT_SYMLINK_NOFOLLOW,
+            // SAFETY: a valid directory descriptor and a writable buffer of that length.
+            let n = unsafe {
+                libc::syscall(
+                    libc::SYS_getdents64,
+                    fd.as_raw_fd(),
+                    buf.as_mut_ptr(),
+                    buf.len(),
                 )
             };
-            if r == 0 {
-                // SAFETY: fstatat succeeded and filled `st`.
-                let st = unsafe { st.assume_init() };
-                out.push((OsString::from_vec(name.to_vec()), Stat::from_raw(&st)));
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if n == 0 {
+                return Ok(out);
+            }
+            let filled = &buf[..n as usize];
+            let mut at = 0;
+            while let Some(name) = dirent_name(filled, &mut at) {
+                if name.to_bytes() == b"." || name.to_bytes() == b".." {
+                    continue;
+                }
+                let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+                // SAFETY: valid dirfd, `name` is NUL-terminated, `st` is writable.
+                let r = unsafe {
+                    libc::fstatat(
+                        fd.as_raw_fd(),
+                        name.as_ptr(),
+                        st.as_mut_ptr(),
+                        libc::AT_SYMLINK_NOFOLLOW,
+                    )
+                };
+                if r == 0 {
+                    // SAFETY: fstatat succeeded and filled `st`.
+                    let st = unsafe { st.assume_init() };
+                    out.push((
+                        OsString::from_vec(name.to_bytes().to_vec()),
+                        Stat::from_raw(&st),
+                    ));
+                }
             }
         }
-        Ok(out)
     }
 
     /// The target of symlink `rel`, as raw bytes.
@@ -266,13 +276,22 @@ fn walk_beneath(dir: &impl AsRawFd, path: &CStr, flags: libc::c_int) -> io::Resu
     openat(from, last, flags)
 }
 
-struct DirGuard(*mut libc::DIR);
+/// The buffer one `getdents64` call fills: a step directory's entries in one call.
+const LIST_BUFFER: usize = 32 * 1024;
+/// Where a `linux_dirent64`'s fields are: `d_ino` (8), `d_off` (8), `d_reclen` (2),
+/// `d_type` (1), then the NUL-terminated name.
+const DIRENT_RECLEN_AT: usize = 16;
+const DIRENT_NAME_AT: usize = 19;
 
-impl Drop for DirGuard {
-    fn drop(&mut self) {
-        // SAFETY: the stream came from fdopendir and is closed exactly once.
-        unsafe { libc::closedir(self.0) };
-    }
+/// The name of the `linux_dirent64` at `*at` in `buf`, advancing `*at` past it; `None`
+/// at the end of the buffer (or at a record the kernel could not have written).
+fn dirent_name<'a>(buf: &'a [u8], at: &mut usize) -> Option<&'a CStr> {
+    let rec = buf.get(*at..)?;
+    let reclen = u16::from_ne_bytes([*rec.get(DIRENT_RECLEN_AT)?, *rec.get(DIRENT_RECLEN_AT + 1)?]);
+    let rec = rec.get(..usize::from(reclen))?;
+    let name = CStr::from_bytes_until_nul(rec.get(DIRENT_NAME_AT..)?).ok()?;
+    *at += usize::from(reclen);
+    Some(name)
 }
 
 fn split(rel: &Path) -> (&Path, &OsStr) {
@@ -336,6 +355,36 @@ mod tests {
             Some(libc::EXDEV)
         );
         assert!(open("").is_ok(), "the directory itself");
+    }
+
+    /// A listing larger than one `getdents64` buffer comes whole, with each entry's own
+    /// stat, and without `.` and `..`.
+    #[test]
+    fn a_listing_spans_several_reads() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("d")).unwrap();
+        let long = "n".repeat(200);
+        let count = LIST_BUFFER / 200 * 3;
+        for i in 0..count {
+            std::fs::write(t.path().join(format!("d/{long}{i}")), vec![0; i % 7]).unwrap();
+        }
+        std::fs::create_dir(t.path().join("d/sub")).unwrap();
+        let b = Backing::open(t.path()).unwrap();
+        let mut got = b.list(Path::new("d")).unwrap();
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(got.len(), count + 1);
+        assert!(got.iter().all(|(n, _)| n != "." && n != ".."));
+        for (name, st) in &got {
+            let name = name.to_str().unwrap();
+            match name.strip_prefix(long.as_str()) {
+                Some(i) => {
+                    assert!(st.is_file());
+                    assert_eq!(st.size, (i.parse::<usize>().unwrap() % 7) as u64, "{name}");
+                }
+                None => assert!(name == "sub" && st.is_dir()),
+            }
+        }
+        assert!(b.list(Path::new("")).unwrap().iter().any(|(n, _)| n == "d"));
     }
 
     #[test]
