@@ -149,14 +149,21 @@ impl Tree {
         Ok(out)
     }
 
+    /// Opens a backing file for reading. The open's own `fstat` decides what it is (one
+    /// look at the disk, not a `lstat` before it): only a regular file the view shows.
     pub(super) fn backing_open(&self, node: &Node, b: &Backed) -> Result<Content, TreeError> {
-        if self.backing_getattr(node, b)?.kind != Kind::File {
-            return Err(TreeError::new(node.path(), ErrorKind::IsDir));
+        if !self.may_see(b.place()) {
+            return Err(TreeError::not_found(node.path()));
         }
-        let f = self
-            .backing
-            .open_file(b.rel())
-            .map_err(|e| TreeError::io(node.path(), e))?;
+        let (f, st) = self.backing.open_file(b.rel()).map_err(|e| {
+            match e.raw_os_error() {
+                Some(libc::EISDIR) => TreeError::new(node.path(), ErrorKind::IsDir),
+                _ => TreeError::io(node.path(), e),
+            }
+        })?;
+        if !shows(b, &st) {
+            return Err(TreeError::not_found(node.path()));
+        }
         Ok(Content::File(f))
     }
 }

@@ -204,8 +204,7 @@ impl Tree {
             };
             TreeError::new(node.path(), ErrorKind::Page(e))
         };
-        let file = self.backing.open_file(&rel).map_err(refuse)?;
-        let st = crate::workspace::backing::fstat(&file).map_err(refuse)?;
+        let (file, st) = self.backing.open_file(&rel).map_err(refuse)?;
         let key = CaptureKey::from_stat(&st);
         Ok((file, key, st))
     }

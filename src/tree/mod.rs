@@ -495,8 +495,9 @@ impl Tree {
             if c.attr.kind == Kind::Dir {
                 self.watch(&c.node);
             }
-            // A size not known yet must be asked for at the first stat.
-            if c.ttl != NO_TTL {
+            // A backing entry's time depends on the watches just placed; the others
+            // carry theirs from the family that listed them.
+            if matches!(c.node, Node::Backing(_)) {
                 c.ttl = self.ttl(&c.node, &c.attr);
             }
         }

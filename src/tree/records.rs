@@ -25,7 +25,7 @@ use super::{Attr, Child, Content, EAGER_STREAMS_BYTES, ErrorKind, Kind, NO_TTL, 
 use super::{TreeError, WATCHED_TTL, system_time};
 use crate::paging::CaptureKey;
 use crate::workspace::STEPS_DIR;
-use crate::workspace::backing::{Stat, fstat};
+use crate::workspace::backing::Stat;
 use crate::workspace::steps::{META_FILE, RESPONSE_FILE, step_number};
 
 /// The name of the symlink to an agent's highest-numbered step directory.
@@ -126,15 +126,22 @@ impl Tree {
             .map(|n| (n, dir_attr)))
     }
 
-    /// The `response.json` of a step, opened beneath the root.
-    fn response(&self, node: &Node, agent: &str, step: &str) -> Result<Response, TreeError> {
+    /// The `response.json` of a step, opened beneath the root. `done` is whether the
+    /// step has its `meta.json`, when the caller already knows (a listing does).
+    fn response(
+        &self,
+        node: &Node,
+        agent: &str,
+        step: &str,
+        done: Option<bool>,
+    ) -> Result<Response, TreeError> {
         let dir = step_dir(agent, step);
-        let file = self
+        let (file, st) = self
             .backing
             .open_file(&dir.join(RESPONSE_FILE))
             .map_err(|e| TreeError::io(node.path(), e))?;
-        let st = fstat(&file).map_err(|e| TreeError::io(node.path(), e))?;
-        let closed = self.backing.lstat(&dir.join(META_FILE)).is_ok()
+        let done = done.unwrap_or_else(|| self.backing.lstat(&dir.join(META_FILE)).is_ok());
+        let closed = done
             || self.latest_step(agent)?.is_some_and(|(latest, _)| {
                 step_number(latest.as_bytes()) > step_number(step.as_bytes())
             });
@@ -173,19 +180,21 @@ impl Tree {
                 let (step, dir) = self
                     .latest_step(agent)?
                     .ok_or_else(|| TreeError::not_found(node.path()))?;
-                let mut a = self.virtual_attr(node, Kind::Symlink, step.len() as u64, dir.mtime);
-                a.ctime = dir.ctime;
-                Ok(a)
+                Ok(self.latest_attr(node, &step, &dir))
             }
             RecordView::Response { agent, step } => {
-                let r = self.response(node, agent, step)?;
-                let len = self.response_len(node, &r)?;
-                let mut a = self.virtual_attr(node, Kind::File, len, system_time(r.st.mtime));
-                a.ctime = system_time(r.st.ctime);
-                Ok(a)
+                let r = self.response(node, agent, step, None)?;
+                self.response_attr(node, &r)
             }
             RecordView::Transcript { agent } => Ok(self.transcript(node, agent)?.1),
         }
+    }
+
+    fn response_attr(&self, node: &Node, r: &Response) -> Result<Attr, TreeError> {
+        let len = self.response_len(node, r)?;
+        let mut a = self.virtual_attr(node, Kind::File, len, system_time(r.st.mtime));
+        a.ctime = system_time(r.st.ctime);
+        Ok(a)
     }
 
     /// How long the kernel may keep a record view's attributes: a response that may
@@ -198,11 +207,15 @@ impl Tree {
         };
         let dir = step_dir(agent, step);
         let done = self.backing.lstat(&dir.join(META_FILE)).is_ok();
-        Some(if done && self.watched(&dir) {
+        Some(self.response_ttl(&dir, done))
+    }
+
+    fn response_ttl(&self, dir: &Path, done: bool) -> Duration {
+        if done && self.watched(dir) {
             WATCHED_TTL
         } else {
             NO_TTL
-        })
+        }
     }
 
     pub(super) fn record_readlink(
@@ -225,7 +238,7 @@ impl Tree {
         match v {
             RecordView::Latest { .. } => Err(TreeError::new(node.path(), ErrorKind::Loop)),
             RecordView::Response { agent, step } => {
-                let r = self.response(node, agent, step)?;
+                let r = self.response(node, agent, step, None)?;
                 Ok(Content::Response {
                     file: r.file,
                     key: r.key,
@@ -261,64 +274,93 @@ impl Tree {
         }
     }
 
-    /// Adds the record views of the backing directory at `place` to its listing. A
-    /// `response.md` whose `response.json` is over [`EAGER_STREAMS_BYTES`] and not yet
-    /// rendered is listed without rendering it (a walk must not render every record);
-    /// its size is found at the first lookup or stat.
+    /// Adds the record views of the backing directory at `place` to its listing, from
+    /// what the listing already holds: which step is the highest, whether a step has its
+    /// `response.json` and `meta.json`, and their stats (a walk lists every directory, so
+    /// a second look at the disk here would cost the walk one per step). A `response.md`
+    /// whose `response.json` is over [`EAGER_STREAMS_BYTES`] is listed without rendering
+    /// it (a walk must not render every record); its size is found at the first lookup or
+    /// stat.
     pub(super) fn push_record_views(&self, out: &mut Vec<Child>, place: &Place) {
-        let views: Vec<RecordView> = match place {
-            Place::AgentSteps { agent } => vec![
-                RecordView::Latest {
-                    agent: agent.clone(),
-                },
-                RecordView::Transcript {
-                    agent: agent.clone(),
-                },
-            ],
-            Place::Step { agent, step } if out.iter().any(|c| c.name == RESPONSE_FILE) => {
-                vec![RecordView::Response {
+        let named = |out: &[Child], name: &str| out.iter().position(|c| c.name == name);
+        match place {
+            Place::AgentSteps { agent } => {
+                if named(out, LATEST).is_none()
+                    && let Some(child) = self.listed_latest(out, agent)
+                {
+                    out.push(child);
+                }
+                if named(out, TRANSCRIPT_MD).is_none() {
+                    let node = Node::Record(RecordView::Transcript {
+                        agent: agent.clone(),
+                    });
+                    match self.getattr(&node) {
+                        Ok(attr) => out.push(Child::new(TRANSCRIPT_MD, node, attr)),
+                        Err(e) => log::debug!("{}: not listed: {e}", node.path()),
+                    }
+                }
+            }
+            Place::Step { agent, step } if named(out, RESPONSE_MD).is_none() => {
+                let Some(json) = named(out, RESPONSE_FILE) else {
+                    return;
+                };
+                let done = named(out, META_FILE).is_some();
+                let json = out[json].attr.clone();
+                let view = RecordView::Response {
                     agent: agent.clone(),
                     step: step.clone(),
-                }]
+                };
+                let node = Node::Record(view.clone());
+                if self.record_may_see(&node, &view).is_err() {
+                    return;
+                }
+                let listed = if json.size > EAGER_STREAMS_BYTES {
+                    let mut attr = self.virtual_attr(&node, Kind::File, 0, json.mtime);
+                    attr.ctime = json.ctime;
+                    Ok((attr, NO_TTL))
+                } else {
+                    self.response(&node, agent, step, Some(done))
+                        .and_then(|r| self.response_attr(&node, &r))
+                        .map(|attr| (attr, self.response_ttl(&step_dir(agent, step), done)))
+                };
+                match listed {
+                    Ok((attr, ttl)) => {
+                        let mut child = Child::new(RESPONSE_MD, node, attr);
+                        child.ttl = ttl;
+                        out.push(child);
+                    }
+                    Err(e) => log::debug!("{}: not listed: {e}", node.path()),
+                }
             }
-            _ => return,
-        };
-        for view in views {
-            let name = match &view {
-                RecordView::Latest { .. } => LATEST,
-                RecordView::Response { .. } => RESPONSE_MD,
-                RecordView::Transcript { .. } => TRANSCRIPT_MD,
-            };
-            if out.iter().any(|c| c.name == name) {
-                continue;
-            }
-            let node = Node::Record(view);
-            if let Node::Record(RecordView::Response { agent, step }) = &node
-                && let Some(child) = self.lazy_response(&node, agent, step)
-            {
-                out.push(child);
-                continue;
-            }
-            match self.getattr(&node) {
-                Ok(attr) => out.push(Child::new(name, node, attr)),
-                Err(e) => log::debug!("{}: not listed: {e}", node.path()),
-            }
+            _ => {}
         }
     }
 
-    /// A `response.md` listed without rendering, when its record is large.
-    fn lazy_response(&self, node: &Node, agent: &str, step: &str) -> Option<Child> {
-        let st = self
-            .backing
-            .lstat(&step_dir(agent, step).join(RESPONSE_FILE))
+    /// `latest` in the listing `out` of an agent's step directories.
+    fn listed_latest(&self, out: &[Child], agent: &str) -> Option<Child> {
+        let step = out
+            .iter()
+            .filter(|c| c.attr.kind == Kind::Dir)
+            .filter_map(|c| Some((step_number(c.name.as_bytes())?, &c.name)))
+            .max()?
+            .1
+            .to_str()?
+            .to_string();
+        let node = Node::Record(RecordView::Latest {
+            agent: agent.to_string(),
+        });
+        let dir = Backed::new(Path::new(STEPS_DIR).join(agent));
+        let dir_attr = self
+            .backing_getattr(&Node::Backing(dir.clone()), &dir)
+            .map_err(|e| log::debug!("{}: not listed: {e}", node.path()))
             .ok()?;
-        if st.size <= EAGER_STREAMS_BYTES {
-            return None;
-        }
-        let mut attr = self.virtual_attr(node, Kind::File, 0, system_time(st.mtime));
-        attr.ctime = system_time(st.ctime);
-        let mut child = Child::new(RESPONSE_MD, node.clone(), attr);
-        child.ttl = NO_TTL;
-        Some(child)
+        let attr = self.latest_attr(&node, &step, &dir_attr);
+        Some(Child::new(LATEST, node, attr))
+    }
+
+    fn latest_attr(&self, node: &Node, step: &str, dir: &Attr) -> Attr {
+        let mut a = self.virtual_attr(node, Kind::Symlink, step.len() as u64, dir.mtime);
+        a.ctime = dir.ctime;
+        a
     }
 }

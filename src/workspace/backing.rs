@@ -114,9 +114,9 @@ impl Backing {
         fstatat(&dir, name)
     }
 
-    /// Opens a regular file for reading. A symlink, a directory or anything else that is
-    /// not a regular file is refused.
-    pub fn open_file(&self, rel: &Path) -> io::Result<File> {
+    /// Opens a regular file for reading, with its `fstat`. A symlink, a directory or
+    /// anything else that is not a regular file is refused.
+    pub fn open_file(&self, rel: &Path) -> io::Result<(File, Stat)> {
         let fd = self.openat2(rel, libc::O_RDONLY | libc::O_NONBLOCK)?;
         let file = File::from(fd);
         let st = fstat(&file)?;
@@ -127,7 +127,7 @@ impl Backing {
                 libc::EINVAL
             }));
         }
-        Ok(file)
+        Ok((file, st))
     }
 
     /// The entries of directory `rel` with their `lstat`, without `.` and `..`. Entries
