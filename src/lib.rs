@@ -40,3 +40,9 @@ pub mod records;
 pub mod tree;
 pub mod watch;
 pub mod workspace;
+
+/// The hash map of the request path (inodes, watches): foldhash, several times faster
+/// than the standard SipHash on the short keys a walk inserts by the thousand, and still
+/// seeded per map, so names chosen by whoever writes the workspace cannot be made to
+/// collide in advance.
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;

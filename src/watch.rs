@@ -8,7 +8,6 @@
 //! of it). An inotify descriptor is not an fd on any directory, so watching `inbox/<id>`
 //! does not make the daemon look like the agent's executor to `litany stop`.
 
-use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -16,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
 
+use crate::FastMap;
 use crate::inotify::{EVENT_BUFFER, Inotify};
 use crate::workspace::backing::Backing;
 use crate::workspace::refs::ref_places;
@@ -70,8 +70,8 @@ enum Watched {
 pub struct Watcher {
     inotify: Inotify,
     repo: PathBuf,
-    wds: Mutex<HashMap<i32, Watched>>,
-    backing: Mutex<HashMap<PathBuf, i32>>,
+    wds: Mutex<FastMap<i32, Watched>>,
+    backing: Mutex<FastMap<PathBuf, i32>>,
 }
 
 impl Watcher {
@@ -79,8 +79,8 @@ impl Watcher {
         let w = Self {
             inotify: Inotify::new(false)?,
             repo: repo_dir.to_path_buf(),
-            wds: Mutex::new(HashMap::new()),
-            backing: Mutex::new(HashMap::new()),
+            wds: Mutex::new(FastMap::default()),
+            backing: Mutex::new(FastMap::default()),
         };
         w.watch_refs();
         Ok(w)

@@ -10,10 +10,10 @@
 //! the kernel still references, plus listing-only entries (see
 //! [`InodeTable::peek_or_insert`]).
 
-use std::collections::HashMap;
 
 use parking_lot::Mutex;
 
+use crate::FastMap;
 use crate::tree::{Identity, Node};
 
 /// The root's inode number, fixed by the protocol.
@@ -28,11 +28,11 @@ struct Slot {
 }
 
 struct Inner {
-    by_identity: HashMap<Identity, u64>,
+    by_identity: FastMap<Identity, u64>,
     /// The latest number each node (path) resolved to, for turning a change on disk into
     /// the inode to invalidate.
-    by_node: HashMap<Node, u64>,
-    slots: HashMap<u64, Slot>,
+    by_node: FastMap<Node, u64>,
+    slots: FastMap<u64, Slot>,
     next: u64,
 }
 
@@ -51,7 +51,7 @@ impl Default for InodeTable {
 impl InodeTable {
     /// A table numbering backing files on `root_dev` by their own inode numbers.
     pub fn new(root_dev: Option<u64>) -> Self {
-        let mut slots = HashMap::new();
+        let mut slots = FastMap::default();
         let root = Identity::Virtual(Box::new(Node::Root));
         slots.insert(
             ROOT_INO,
@@ -63,8 +63,8 @@ impl InodeTable {
         );
         Self {
             inner: Mutex::new(Inner {
-                by_identity: HashMap::from([(root, ROOT_INO)]),
-                by_node: HashMap::from([(Node::Root, ROOT_INO)]),
+                by_identity: FastMap::from_iter([(root, ROOT_INO)]),
+                by_node: FastMap::from_iter([(Node::Root, ROOT_INO)]),
                 slots,
                 next: ALLOCATED_BASE,
             }),
