@@ -10,7 +10,6 @@
 //! the kernel still references, plus listing-only entries (see
 //! [`InodeTable::peek_or_insert`]).
 
-
 use parking_lot::Mutex;
 
 use crate::FastMap;

@@ -155,12 +155,13 @@ impl Tree {
         if !self.may_see(b.place()) {
             return Err(TreeError::not_found(node.path()));
         }
-        let (f, st) = self.backing.open_file(b.rel()).map_err(|e| {
-            match e.raw_os_error() {
+        let (f, st) = self
+            .backing
+            .open_file(b.rel())
+            .map_err(|e| match e.raw_os_error() {
                 Some(libc::EISDIR) => TreeError::new(node.path(), ErrorKind::IsDir),
                 _ => TreeError::io(node.path(), e),
-            }
-        })?;
+            })?;
         if !shows(b, &st) {
             return Err(TreeError::not_found(node.path()));
         }
