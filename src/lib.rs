@@ -33,6 +33,7 @@ pub mod fs;
 pub mod helper;
 pub mod inotify;
 pub mod kernel;
+mod lru;
 pub mod manual;
 pub mod mount;
 pub mod paging;

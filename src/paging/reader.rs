@@ -29,8 +29,8 @@
 use super::address::{Address, AddressError, PAGE_BYTES, RecordPath, Stream};
 use super::banner::{banner, next_address};
 use super::scan::{RangeError, RecordIndex, ScanError, StreamIndex, read_range, scan};
+use crate::lru::ByteLru;
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::fs::{File, Metadata};
 use std::io;
@@ -284,89 +284,11 @@ impl Outcome {
 
 type Cell = Arc<OnceLock<Outcome>>;
 
-struct Slot {
-    cell: Cell,
-    tick: u64,
-    cost: usize,
-}
+/// What an entry's cell costs beyond its outcome: the cell and its `Arc` counts.
+const CELL_BYTES: usize =
+    std::mem::size_of::<OnceLock<Outcome>>() + 2 * std::mem::size_of::<usize>();
 
-/// Fixed bytes per entry: the slot, its key in both maps, and the cell.
-const SLOT_BYTES: usize = std::mem::size_of::<Slot>()
-    + 2 * std::mem::size_of::<CaptureKey>()
-    + std::mem::size_of::<u64>()
-    + std::mem::size_of::<OnceLock<Outcome>>()
-    + 2 * std::mem::size_of::<usize>();
-
-#[derive(Default)]
-struct Lru {
-    slots: HashMap<CaptureKey, Slot>,
-    /// Ticks, oldest first, to find what to evict.
-    order: BTreeMap<u64, CaptureKey>,
-    tick: u64,
-    used: usize,
-}
-
-impl Lru {
-    /// The entry for `key`, now the most recently used. A new entry is
-    /// created empty.
-    fn touch(&mut self, key: CaptureKey) -> Cell {
-        self.tick += 1;
-        let tick = self.tick;
-        self.order.insert(tick, key);
-        if let Some(slot) = self.slots.get_mut(&key) {
-            self.order.remove(&slot.tick);
-            slot.tick = tick;
-            return Arc::clone(&slot.cell);
-        }
-        let cell = Cell::default();
-        self.slots.insert(
-            key,
-            Slot {
-                cell: Arc::clone(&cell),
-                tick,
-                cost: SLOT_BYTES,
-            },
-        );
-        self.used += SLOT_BYTES;
-        cell
-    }
-
-    /// Record what `cell` cost once filled, unless the entry was evicted
-    /// or replaced meanwhile. An I/O failure is dropped, not kept.
-    fn settle(&mut self, key: CaptureKey, cell: &Cell, outcome: &Outcome) {
-        let Some(slot) = self.slots.get_mut(&key) else {
-            return;
-        };
-        if !Arc::ptr_eq(&slot.cell, cell) {
-            return;
-        }
-        if matches!(outcome, Outcome::Io { .. }) {
-            self.remove(&key);
-            return;
-        }
-        let cost = SLOT_BYTES + outcome.cost();
-        self.used = self.used - slot.cost + cost;
-        slot.cost = cost;
-    }
-
-    fn remove(&mut self, key: &CaptureKey) {
-        if let Some(slot) = self.slots.remove(key) {
-            self.order.remove(&slot.tick);
-            self.used -= slot.cost;
-        }
-    }
-
-    fn evict(&mut self, budget: usize) {
-        while self.used > budget {
-            let Some((_, key)) = self.order.pop_first() else {
-                break;
-            };
-            if let Some(slot) = self.slots.remove(&key) {
-                self.used -= slot.cost;
-            }
-        }
-    }
-}
+type Lru = ByteLru<CaptureKey, Cell>;
 
 /// How many computed pages are remembered (each at most [`PAGE_BYTES`]).
 pub const RECENT_PAGES: usize = 64;
@@ -403,7 +325,7 @@ impl PageCache {
 
     /// Bytes the cache holds now, by its own accounting.
     pub fn used_bytes(&self) -> usize {
-        self.lru.lock().used
+        self.lru.lock().used()
     }
 
     /// The budget given at construction.
@@ -413,7 +335,7 @@ impl PageCache {
 
     /// Captures currently held.
     pub fn entries(&self) -> usize {
-        self.lru.lock().slots.len()
+        self.lru.lock().len()
     }
 
     /// Decoded bytes between checkpoints.
@@ -425,9 +347,8 @@ impl PageCache {
     pub fn indexed(&self, key: &CaptureKey) -> bool {
         self.lru
             .lock()
-            .slots
-            .get(key)
-            .is_some_and(|slot| matches!(slot.cell.get(), Some(Outcome::Indexed(_))))
+            .peek(key)
+            .is_some_and(|cell| matches!(cell.get(), Some(Outcome::Indexed(_))))
     }
 
     /// Drop whatever is held for `key`.
@@ -437,11 +358,23 @@ impl PageCache {
 
     /// The index for `key`, built from `file` on first use.
     fn index(&self, file: &File, key: CaptureKey) -> Result<Arc<RecordIndex>, PageError> {
-        let cell = self.lru.lock().touch(key);
+        let cell = self
+            .lru
+            .lock()
+            .get_or_insert_with(key, CELL_BYTES, Cell::default);
         let outcome = cell.get_or_init(|| Outcome::of(file, self.interval));
         {
             let mut lru = self.lru.lock();
-            lru.settle(key, &cell, outcome);
+            // Unless the entry was evicted or replaced meanwhile; an I/O failure is
+            // dropped, not kept.
+            let ours = |c: &Cell| Arc::ptr_eq(c, &cell);
+            if matches!(outcome, Outcome::Io { .. }) {
+                if lru.peek(&key).is_some_and(ours) {
+                    lru.remove(&key);
+                }
+            } else {
+                lru.set_cost(&key, ours, CELL_BYTES + outcome.cost());
+            }
             lru.evict(self.budget);
         }
         outcome.index()
@@ -555,8 +488,8 @@ impl fmt::Debug for PageCache {
         f.debug_struct("PageCache")
             .field("budget", &self.budget)
             .field("interval", &self.interval)
-            .field("entries", &lru.slots.len())
-            .field("used", &lru.used)
+            .field("entries", &lru.len())
+            .field("used", &lru.used())
             .finish()
     }
 }

@@ -102,7 +102,7 @@ mod format;
 mod response;
 mod transcript;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::sync::Arc;
@@ -110,6 +110,7 @@ use std::sync::Arc;
 use git2::Oid;
 use parking_lot::Mutex;
 
+use crate::lru::ByteLru;
 use crate::paging::CaptureKey;
 use crate::workspace::refs::{GitError, Refs};
 use response::Rendering;
@@ -138,80 +139,7 @@ enum Value {
     Transcript(Arc<Transcript>),
 }
 
-struct Slot {
-    value: Value,
-    tick: u64,
-    cost: usize,
-}
-
-/// Bytes a slot costs beyond its value: the slot, its key in both maps.
-const SLOT_BYTES: usize =
-    std::mem::size_of::<Slot>() + 2 * std::mem::size_of::<Key>() + std::mem::size_of::<u64>();
-
-/// Least recently used first out, within a byte budget.
-#[derive(Default)]
-struct Lru {
-    slots: HashMap<Key, Slot>,
-    order: BTreeMap<u64, Key>,
-    tick: u64,
-    used: usize,
-}
-
-impl Lru {
-    fn get(&mut self, key: Key) -> Option<Value> {
-        self.tick += 1;
-        let tick = self.tick;
-        let slot = self.slots.get_mut(&key)?;
-        self.order.remove(&slot.tick);
-        self.order.insert(tick, key);
-        slot.tick = tick;
-        Some(slot.value.clone())
-    }
-
-    fn insert(&mut self, key: Key, value: Value, cost: usize) {
-        self.remove(key);
-        self.tick += 1;
-        self.order.insert(self.tick, key);
-        self.slots.insert(
-            key,
-            Slot {
-                value,
-                tick: self.tick,
-                cost: SLOT_BYTES + cost,
-            },
-        );
-        self.used += SLOT_BYTES + cost;
-    }
-
-    /// Records what the response rendering in slot `key` costs now, if it is still the
-    /// one given.
-    fn settle(&mut self, key: Key, rendering: &Arc<Mutex<Rendering>>, cost: usize) {
-        if let Some(slot) = self.slots.get_mut(&key)
-            && matches!(&slot.value, Value::Response(r) if Arc::ptr_eq(r, rendering))
-        {
-            self.used = self.used - slot.cost + SLOT_BYTES + cost;
-            slot.cost = SLOT_BYTES + cost;
-        }
-    }
-
-    fn remove(&mut self, key: Key) {
-        if let Some(slot) = self.slots.remove(&key) {
-            self.order.remove(&slot.tick);
-            self.used -= slot.cost;
-        }
-    }
-
-    fn evict(&mut self, budget: usize) {
-        while self.used > budget {
-            let Some((_, key)) = self.order.pop_first() else {
-                break;
-            };
-            if let Some(slot) = self.slots.remove(&key) {
-                self.used -= slot.cost;
-            }
-        }
-    }
-}
+type Lru = ByteLru<Key, Value>;
 
 /// Renderings of `response.json` files and transcripts, within a byte budget. Shared by
 /// the request threads: calls for different files run in parallel, calls for the same
@@ -252,12 +180,12 @@ impl Records {
 
     /// Bytes held now, by the cache's own accounting.
     pub fn used_bytes(&self) -> usize {
-        self.lru.lock().used
+        self.lru.lock().used()
     }
 
     /// Renderings and transcripts held now.
     pub fn entries(&self) -> usize {
-        self.lru.lock().slots.len()
+        self.lru.lock().len()
     }
 
     /// Runs `f` on the rendering of the `response.json` open as `file`, brought up to
@@ -291,7 +219,12 @@ impl Records {
             (result, r.cost())
         };
         let mut lru = self.lru.lock();
-        lru.settle(slot, &rendering, cost);
+        // Unless the rendering was evicted or replaced meanwhile.
+        lru.set_cost(
+            &slot,
+            |v| matches!(v, Value::Response(r) if Arc::ptr_eq(r, &rendering)),
+            cost,
+        );
         lru.evict(self.budget);
         result
     }
@@ -327,9 +260,8 @@ impl Records {
         }
         let cached: HashMap<Oid, Arc<Transcript>> = {
             let lru = self.lru.lock();
-            lru.slots
-                .iter()
-                .filter_map(|(k, s)| match (k, &s.value) {
+            lru.iter()
+                .filter_map(|(k, v)| match (k, v) {
                     (Key::Transcript(oid), Value::Transcript(t)) => Some((*oid, Arc::clone(t))),
                     _ => None,
                 })
@@ -341,7 +273,7 @@ impl Records {
         let mut lru = self.lru.lock();
         if let Some(base) = base {
             // The base's tip is history now; its bytes live on in the new rendering.
-            lru.remove(Key::Transcript(base));
+            lru.remove(&Key::Transcript(base));
         }
         let cost = rendered.cost();
         lru.insert(Key::Transcript(tip), Value::Transcript(rendered), cost);
@@ -356,8 +288,8 @@ impl std::fmt::Debug for Records {
         f.debug_struct("Records")
             .field("budget", &self.budget)
             .field("interval", &self.interval)
-            .field("entries", &lru.slots.len())
-            .field("used", &lru.used)
+            .field("entries", &lru.len())
+            .field("used", &lru.used())
             .finish()
     }
 }
