@@ -224,6 +224,10 @@ pub struct Tree {
     /// Change detection on the backing directories answered so far and on the refs;
     /// `None` when inotify is unavailable, and everything is kept only briefly.
     watcher: Option<Watcher>,
+    /// The refs as [`Tree::refs_changed`] last compared them: what the kernel was last
+    /// told about. Not the refs' own cached snapshot, which any request may rebuild
+    /// (it expires) before the change is reported, hiding the change from the report.
+    refs_reported: Mutex<Option<Arc<Snapshot>>>,
 }
 
 /// The clashing names and unusable refs last logged.
@@ -254,6 +258,7 @@ impl Tree {
             pages: PageCache::new(DEFAULT_PAGE_CACHE_BYTES),
             records: Records::new(DEFAULT_RECORDS_CACHE_BYTES),
             watcher: None,
+            refs_reported: Mutex::new(None),
         })
     }
 
@@ -264,6 +269,8 @@ impl Tree {
             Ok(w) => {
                 self.refs.set_watched(true);
                 self.watcher = Some(w);
+                // What every later change is reported against.
+                *self.refs_reported.get_mut() = self.refs.snapshot().ok();
             }
             Err(e) => {
                 log::warn!("inotify unavailable ({e}); everything is re-read at short intervals")

@@ -84,9 +84,13 @@ impl Tree {
     /// `steps/<id>/` of an agent that came or went (its `transcript.md` with it), and the
     /// `transcript.md` of an agent whose branch moved.
     pub fn refs_changed(&self) -> Vec<Node> {
-        let before = self.refs.snapshot().ok();
+        let mut reported = self.refs_reported.lock();
+        let before = reported.take().or_else(|| self.refs.snapshot().ok());
         self.refs.invalidate();
-        let (Some(before), Ok(after)) = (before, self.refs.snapshot()) else {
+        let after = self.refs.snapshot().ok();
+        reported.clone_from(&after);
+        drop(reported);
+        let (Some(before), Some(after)) = (before, after) else {
             return Vec::new();
         };
         let mut out = Vec::new();

@@ -382,3 +382,22 @@ fn transcript_md_is_the_conversation_at_the_tip() {
     // An agent with no branch has none.
     assert!(resolve(&tree, "steps/nobody/transcript.md").is_err());
 }
+
+/// A ref change is reported against what was last reported, even when a request rebuilt
+/// the refs' own snapshot (it expires) between the change and its report: the agent
+/// that went still has its `steps/<id>/` listing (with its `transcript.md`) invalidated.
+#[test]
+fn a_deleted_agent_is_reported_even_after_a_request_reread_the_refs() {
+    let (_t, f, tree) = setup(Flavour::Litany);
+    let tree = tree.watching();
+    assert!(names(&tree, &format!("steps/{A}")).contains(&"transcript.md".to_string()));
+    f.delete_agent(A).unwrap();
+    // A request after the snapshot expired re-reads the refs before the watcher reports.
+    std::thread::sleep(crate::workspace::refs::SNAPSHOT_MAX_AGE + Duration::from_millis(50));
+    assert!(resolve(&tree, &format!("agents/{A}")).is_err());
+    let changed = tree.refs_changed();
+    let dir = Node::backing(Path::new(crate::workspace::STEPS_DIR).join(A));
+    assert!(changed.contains(&dir), "{changed:?}");
+    // Reported once: nothing more changed since.
+    assert!(tree.refs_changed().is_empty());
+}
