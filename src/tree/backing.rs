@@ -54,6 +54,11 @@ impl Tree {
     /// writable when the mount takes deposits.
     fn backing_node_attr(&self, b: &Backed, st: &Stat) -> Attr {
         let mut attr = self.backing_attr(st);
+        if let Place::AgentSteps { agent } = b.place()
+            && let Some(at) = self.agents_changed.lock().get(agent)
+        {
+            attr.mtime = attr.mtime.max(*at);
+        }
         if attr.kind == Kind::Dir
             && let Some(agent) = b.inbox_agent()
         {

@@ -228,6 +228,11 @@ pub struct Tree {
     /// told about. Not the refs' own cached snapshot, which any request may rebuild
     /// (it expires) before the change is reported, hiding the change from the report.
     refs_reported: Mutex<Option<Arc<Snapshot>>>,
+    /// When each agent's branch last came or went, as its `steps/<id>/` directory's
+    /// mtime: its listing (`transcript.md`) changes with no change on disk, and the
+    /// kernel keeps a directory's listing until it sees a new mtime. An invalidation
+    /// alone can lose to a listing reply already on its way.
+    agents_changed: Mutex<crate::FastMap<String, SystemTime>>,
 }
 
 /// The clashing names and unusable refs last logged.
@@ -259,6 +264,7 @@ impl Tree {
             records: Records::new(DEFAULT_RECORDS_CACHE_BYTES),
             watcher: None,
             refs_reported: Mutex::new(None),
+            agents_changed: Mutex::new(Default::default()),
         })
     }
 

@@ -18,7 +18,7 @@ use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::node::{Backed, Place, RecordView};
 use super::{Attr, Child, Content, EAGER_STREAMS_BYTES, ErrorKind, Kind, NO_TTL, Node, Tree};
@@ -103,6 +103,9 @@ impl Tree {
                     out.push(Node::Record(RecordView::Transcript { agent: id.clone() }))
                 }
                 _ => {
+                    self.agents_changed
+                        .lock()
+                        .insert(id.clone(), SystemTime::now());
                     out.push(Node::backing(Path::new(STEPS_DIR).join(id)));
                     out.push(Node::Record(RecordView::Transcript { agent: id.clone() }));
                 }
