@@ -46,6 +46,7 @@ use crate::deposit::Depositor;
 use crate::paging::{CaptureKey, PageCache, Stream};
 use crate::records::Records;
 use crate::watch::Watcher;
+use crate::witness::Witness;
 use crate::workspace::Workspace;
 use crate::workspace::backing::Backing;
 use crate::workspace::refs::{Refs, Snapshot};
@@ -169,8 +170,9 @@ pub struct Opened {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpenMode {
     Read,
-    /// Writing; `truncate` for `O_TRUNC`.
+    /// Writing, by thread `by`; `truncate` for `O_TRUNC`.
     Write {
+        by: u32,
         truncate: bool,
     },
 }
@@ -233,6 +235,16 @@ pub struct Tree {
     /// kernel keeps a directory's listing until it sees a new mtime. An invalidation
     /// alone can lose to a listing reply already on its way.
     agents_changed: Mutex<crate::FastMap<String, SystemTime>>,
+    /// Who holds a draft at a close (`None` off a mount: every close is then the last).
+    witness: Option<Witness>,
+}
+
+/// A `close(2)` of a draft, as FUSE reports it: the closing thread and the draft's inode
+/// number as the kernel knows it (the witness finds its other holders by it).
+#[derive(Debug, Clone, Copy)]
+pub struct Closer {
+    pub tid: u32,
+    pub ino: u64,
 }
 
 /// The clashing names and unusable refs last logged.
@@ -265,6 +277,7 @@ impl Tree {
             watcher: None,
             refs_reported: Mutex::new(None),
             agents_changed: Mutex::new(Default::default()),
+            witness: None,
         })
     }
 
@@ -299,6 +312,12 @@ impl Tree {
     /// Confines the view to what agent `id` may see: its own step records (as
     /// `read_tool_output` confines paging) and its own pending deposits. Other agents'
     /// records and inboxes' contents cannot be reached by any path.
+    /// Decides the closes of drafts by what `witness` sees (see [`crate::witness`]).
+    pub fn with_witness(mut self, witness: Witness) -> Self {
+        self.witness = Some(witness);
+        self
+    }
+
     pub fn confined_to(mut self, id: &str) -> Self {
         self.confined = Some(id.to_string());
         self
@@ -550,11 +569,11 @@ impl Tree {
         identity: &Identity,
         mode: OpenMode,
     ) -> Result<Opened, TreeError> {
-        if let OpenMode::Write { truncate } = mode {
+        if let OpenMode::Write { truncate, by } = mode {
             // A draft changes under its own writes; never serve it from the cache. Its
             // every close is told to the tree.
             return Ok(Opened {
-                content: self.open_write(node, truncate)?,
+                content: self.open_write(node, truncate, by)?,
                 direct_io: true,
                 keep_cache: false,
                 no_flush: false,
