@@ -34,7 +34,7 @@ use std::time::{Duration, Instant, SystemTime};
 use parking_lot::Mutex;
 
 use crate::deposit::Published;
-use crate::witness::{self, Exit, Task};
+use crate::witness::{self, Exit, Exiting, Task};
 
 /// How long a deposited draft's name stays resolvable after its last use.
 pub const ALIAS_GRACE: Duration = Duration::from_secs(5);
@@ -69,6 +69,9 @@ pub struct DraftState {
     /// listed) for the alias grace, like a sent message's, so rewriting it with `>`
     /// starts a new message.
     pub gone: Option<Gone>,
+    /// The errno of the last deposit of it that failed, for a close that waited while
+    /// another made that attempt.
+    pub failed: Option<i32>,
     /// A write to it was refused, so it holds only part of what its writer meant to
     /// send: it is never deposited as it is, until it is emptied (truncated) and written
     /// again.
@@ -91,36 +94,25 @@ impl DraftState {
     }
 }
 
-/// The processes (thread groups) that had a hand in a message being written. Each is
-/// bounded by [`witness::MAX_PROCESSES`]: a close looks at no more than that anyway.
+/// The tasks that had a hand in a message being written, by thread id (`/proc` answers
+/// a thread's id as well as its process's, so no id needs to be mapped while writing).
+/// Each is bounded by [`witness::MAX_PROCESSES`]: a close looks at no more than that.
 #[derive(Debug, Clone, Default)]
 pub struct Hands {
-    /// Threads seen, with their groups: a thread's group is read from `/proc` once.
-    tids: Vec<(u32, u32)>,
-    /// Thread groups that wrote to it.
+    /// Threads that wrote to it.
     pub writers: Vec<u32>,
-    /// Thread groups known to hold it, or to have held it: its opener, its closers, and
-    /// the holders a close found. A close looks at these and their descendants.
+    /// Tasks known to hold it, or to have held it: its opener, its closers, and the
+    /// holders a close found. A close looks at these and their descendants.
     pub holders: Vec<u32>,
 }
 
 impl Hands {
-    /// The group of thread `tid`, asking `group_of` only for a thread not seen before.
-    pub fn group(&mut self, tid: u32, group_of: impl FnOnce(u32) -> u32) -> u32 {
-        if let Some(&(_, g)) = self.tids.iter().find(|(t, _)| *t == tid) {
-            return g;
-        }
-        let g = group_of(tid);
-        push_bounded(&mut self.tids, (tid, g));
-        g
+    pub fn wrote(&mut self, tid: u32) {
+        push_bounded(&mut self.writers, tid);
     }
 
-    pub fn wrote(&mut self, group: u32) {
-        push_bounded(&mut self.writers, group);
-    }
-
-    pub fn held(&mut self, group: u32) {
-        push_bounded(&mut self.holders, group);
+    pub fn held(&mut self, tid: u32) {
+        push_bounded(&mut self.holders, tid);
     }
 }
 
@@ -144,16 +136,21 @@ pub enum Verdict {
 
 /// The rule: a message goes at the close of the last descriptor on it, and never when a
 /// process that wrote to it dies from a signal holding it. `closer` is the closing task
-/// (`None` when gone), `writers` the groups that wrote to it, `holders` the groups found
-/// still holding it.
-pub fn verdict(closer: Option<&Task>, writers: &[u32], holders: &[u32]) -> Verdict {
-    if let Some(t) = closer
-        && let Some(Exit::Signal(signal)) = t.exit
-        && writers.contains(&t.tgid)
+/// (`None` when gone), `writer_groups` the processes that wrote to it, `holders` the
+/// tasks found still holding it.
+pub fn verdict(closer: Option<&Task>, writer_groups: &[u32], holders: &[u32]) -> Verdict {
+    if let Some(Task {
+        exit: Some(Exiting {
+            tgid,
+            how: Exit::Signal(signal),
+        }),
+        ..
+    }) = closer
+        && writer_groups.contains(tgid)
     {
         return Verdict::Drop {
-            pid: t.tgid,
-            signal,
+            pid: *tgid,
+            signal: *signal,
         };
     }
     if holders.is_empty() {
@@ -301,6 +298,7 @@ impl Drafts {
                 last_used: Instant::now(),
                 hands: Hands::default(),
                 gone: None,
+                failed: None,
                 refused: None,
                 counted: 0,
             }),
@@ -657,11 +655,10 @@ mod tests {
         assert_eq!((d.live_bytes(), d.alias_bytes()), (0, 0));
     }
 
-    fn task(tgid: u32, exit: Option<Exit>) -> Task {
+    fn task(tgid: u32, how: Option<Exit>) -> Task {
         Task {
             tid: tgid + 1000,
-            tgid,
-            exit,
+            exit: how.map(|how| Exiting { tgid, how }),
         }
     }
 
@@ -689,24 +686,15 @@ mod tests {
     }
 
     #[test]
-    fn hands_read_a_threads_group_once_and_stay_bounded() {
+    fn hands_stay_bounded() {
         let mut h = Hands::default();
-        let mut asked = 0;
-        for _ in 0..3 {
-            assert_eq!(
-                h.group(7, |t| {
-                    asked += 1;
-                    t - 1
-                }),
-                6
-            );
-        }
-        assert_eq!(asked, 1);
         for i in 0..(witness::MAX_PROCESSES as u32 + 10) {
             h.held(i);
             h.held(i);
+            h.wrote(i);
         }
         assert_eq!(h.holders.len(), witness::MAX_PROCESSES);
+        assert_eq!(h.writers.len(), witness::MAX_PROCESSES);
     }
 
     #[test]

@@ -17,6 +17,30 @@ use super::node::{Backed, DraftNode};
 use super::{Attr, Child, Content, DRAFT_PERM, Deposits, ErrorKind, FILE_PERM, Identity, Kind};
 use super::{Closer, NAME_MAX, Node, Tree, TreeError};
 use crate::deposit::DepositError;
+use crate::witness::{Exit, Holder};
+
+/// A thread inside a close of a draft, for as long as the guard lives.
+struct ClosingGuard<'a> {
+    tree: &'a Tree,
+    tid: u32,
+}
+
+impl Drop for ClosingGuard<'_> {
+    fn drop(&mut self) {
+        let mut closing = self.tree.closing.lock();
+        if let Some(n) = closing.get_mut(&self.tid) {
+            *n -= 1;
+            if *n == 0 {
+                closing.remove(&self.tid);
+            }
+        }
+    }
+}
+
+/// How long a close waits for children between `fork` and `exec` to drop the message
+/// they hold close-on-exec (see [`Tree::holders_after_spawns`]), and how often it looks.
+pub const SPAWN_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
+const SPAWN_POLL: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// The error a refused write to a draft answers, at the write and at every close after.
 fn refused_error(node: &Node, why: Refused) -> TreeError {
@@ -186,15 +210,8 @@ impl Tree {
         Ok(Content::Draft(d))
     }
 
-    /// The thread group of thread `tid`, as the draft `st` knows it.
-    fn group(&self, st: &mut DraftState, tid: u32) -> u32 {
-        st.hands
-            .group(tid, |t| self.witness.as_ref().map_or(t, |w| w.tgid(t)))
-    }
-
     fn opened_by(&self, st: &mut DraftState, tid: u32) {
-        let g = self.group(st, tid);
-        st.hands.held(g);
+        st.hands.held(tid);
     }
 
     /// Writes `data` at `offset` into a draft for thread `tid`; refuses past the size
@@ -211,9 +228,8 @@ impl Tree {
         if st.closed() {
             return Err(TreeError::new(node.path(), ErrorKind::Immutable));
         }
-        let g = self.group(&mut st, tid);
-        st.hands.wrote(g);
-        st.hands.held(g);
+        st.hands.wrote(tid);
+        st.hands.held(tid);
         let end = offset.saturating_add(data.len() as u64);
         if let Err(e) = self.check_len(node, end) {
             if let ErrorKind::Deposit(DepositError::TooLarge { len, max }) = e.kind {
@@ -251,6 +267,7 @@ impl Tree {
         let verdict = match closer {
             None => Verdict::Send,
             Some(closer) => {
+                let _closing = self.closing(closer.tid);
                 let (writers, mut candidates) = {
                     let st = d.state.lock();
                     if !st.pending() {
@@ -260,24 +277,46 @@ impl Tree {
                 };
                 // Looked at without the draft locked: the witness reads `/proc`.
                 let task = self.witness.as_ref().and_then(|w| w.task(closer.tid));
-                match drafts::verdict(task.as_ref(), &writers, &[]) {
+                let exiting = task.and_then(|t| t.exit);
+                // Which processes wrote matters only when the closer was killed.
+                let writer_groups: Vec<u32> = match (exiting, &self.witness) {
+                    (Some(e), Some(w)) if matches!(e.how, Exit::Signal(_)) => writers
+                        .iter()
+                        .map(|&t| if t == closer.tid { e.tgid } else { w.tgid(t) })
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                match drafts::verdict(task.as_ref(), &writer_groups, &[]) {
                     Verdict::Send => {
-                        let exiting = task.filter(|t| t.exit.is_some()).map(|t| t.tgid);
-                        if let Some(t) = task {
-                            candidates.push(t.tgid);
+                        candidates.push(closer.tid);
+                        let skip = exiting.map(|_| closer.tid);
+                        let Some(holders) =
+                            self.holders_after_spawns(&d, closer, &candidates, skip)
+                        else {
+                            // Sent (or refused) by another close while this one waited.
+                            let st = d.state.lock();
+                            return match st.failed {
+                                Some(errno) => Err(TreeError::io(
+                                    node.path(),
+                                    std::io::Error::from_raw_os_error(errno),
+                                )),
+                                None => Ok(()),
+                            };
+                        };
+                        let pids: Vec<u32> = holders.iter().map(|h| h.pid).collect();
+                        if !pids.is_empty() {
+                            log::debug!(
+                                "{}: close by {}: still held by {holders:?}; the last close sends it",
+                                node.path(),
+                                closer.tid
+                            );
                         }
-                        let holders = self
-                            .witness
-                            .as_ref()
-                            .map_or_else(Vec::new, |w| w.holders(closer.ino, &candidates, exiting));
                         let mut st = d.state.lock();
-                        for &h in &holders {
+                        for &h in &pids {
                             st.hands.held(h);
                         }
-                        if let Some(t) = task {
-                            st.hands.held(t.tgid);
-                        }
-                        drafts::verdict(task.as_ref(), &writers, &holders)
+                        st.hands.held(closer.tid);
+                        drafts::verdict(task.as_ref(), &writer_groups, &pids)
                     }
                     v => v,
                 }
@@ -324,6 +363,55 @@ impl Tree {
         }
     }
 
+    /// Who else holds draft `d` at `closer`'s close (`candidates`: the tasks known to
+    /// have held it, the closer last), looking again for up to [`SPAWN_GRACE`] while the
+    /// only holders are passing ones: a child between its `fork` and its `exec`
+    /// (another thread's `posix_spawn`) holds it close-on-exec for a moment, then its
+    /// exec closes it, and that close is the last one and sends it. Waiting for that keeps the promise that the writer's close returns
+    /// once the message is sent. `None` when another close decided it meanwhile.
+    fn holders_after_spawns(
+        &self,
+        d: &Draft,
+        closer: Closer,
+        candidates: &[u32],
+        skip: Option<u32>,
+    ) -> Option<Vec<Holder>> {
+        let Some(w) = self.witness.as_ref() else {
+            return Some(Vec::new());
+        };
+        // A holder settles it (the close waits for the last close, not for a spawn) unless
+        // it is closing files right now (an exec closing what it inherited: its exec
+        // has already cleared the close-on-exec flags of what it is about to close), or
+        // is new and holds it close-on-exec (a child not yet at its exec).
+        let settles = |h: &Holder| {
+            let transient =
+                self.is_closing(h.pid) || (h.close_on_exec && !candidates.contains(&h.pid));
+            !transient || h.pid == closer.tid
+        };
+        let started = std::time::Instant::now();
+        loop {
+            let holders = w.holders(closer.ino, candidates, skip, settles);
+            let spawning = !holders.is_empty() && !holders.iter().any(settles);
+            if !spawning || started.elapsed() >= SPAWN_GRACE {
+                return Some(holders);
+            }
+            std::thread::sleep(SPAWN_POLL);
+            if !d.state.lock().pending() {
+                return None;
+            }
+        }
+    }
+
+    /// Marks thread `tid` as inside a close until the guard drops.
+    fn closing(&self, tid: u32) -> ClosingGuard<'_> {
+        *self.closing.lock().entry(tid).or_insert(0) += 1;
+        ClosingGuard { tree: self, tid }
+    }
+
+    fn is_closing(&self, tid: u32) -> bool {
+        self.closing.lock().contains_key(&tid)
+    }
+
     /// Draft `d` (its state `st`, locked) will never be sent: out of the listing, its
     /// content freed; its name resolvable for the alias grace.
     fn give_up(&self, d: &Draft, st: &mut DraftState, why: Gone) {
@@ -363,7 +451,11 @@ impl Tree {
                 Ok(())
             }
             Err(DepositError::Empty) => Ok(()),
-            Err(e) => Err(TreeError::new(node.path(), ErrorKind::Deposit(e))),
+            Err(e) => {
+                let e = TreeError::new(node.path(), ErrorKind::Deposit(e));
+                st.failed = Some(e.errno());
+                Err(e)
+            }
         }
     }
 
@@ -371,8 +463,11 @@ impl Tree {
     /// (errors can only be logged). The alias grace runs from the deposit (or a later
     /// change of times or mode), not from reads, so a reader cannot keep an alias alive.
     pub fn release(&self, node: &Node) {
-        if let Err(e) = self.flush(node, None) {
-            log::warn!("{e} (at release; the writer was not told)");
+        match self.flush(node, None) {
+            // Sent and its alias already forgotten: nothing was left to decide.
+            Err(e) if matches!(e.kind, ErrorKind::NotFound) => {}
+            Err(e) => log::warn!("{e} (at release; the writer was not told)"),
+            Ok(()) => {}
         }
     }
 

@@ -237,6 +237,9 @@ pub struct Tree {
     agents_changed: Mutex<crate::FastMap<String, SystemTime>>,
     /// Who holds a draft at a close (`None` off a mount: every close is then the last).
     witness: Option<Witness>,
+    /// The threads inside a close of a draft now, with how many closes each: a holder
+    /// that is closing may be an exec closing what it inherited (see `inbox.rs`).
+    closing: Mutex<crate::FastMap<u32, usize>>,
 }
 
 /// A `close(2)` of a draft, as FUSE reports it: the closing thread and the draft's inode
@@ -278,6 +281,7 @@ impl Tree {
             refs_reported: Mutex::new(None),
             agents_changed: Mutex::new(Default::default()),
             witness: None,
+            closing: Mutex::new(Default::default()),
         })
     }
 
