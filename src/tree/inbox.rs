@@ -57,7 +57,7 @@ impl Tree {
         let st = draft.state.lock();
         Ok(Attr {
             kind: Kind::File,
-            size: st.buf.len() as u64,
+            size: st.buf().len() as u64,
             perm: if st.closed() { FILE_PERM } else { st.perm },
             nlink: 1,
             mtime: st.mtime,
@@ -186,9 +186,7 @@ impl Tree {
                 if !truncate {
                     return Err(TreeError::new(node.path(), ErrorKind::Immutable));
                 }
-                self.drafts.reused(&mut st);
-                st.dirty = false;
-                st.mtime = SystemTime::now();
+                st.reuse();
                 self.opened_by(&mut st, by);
                 drop(st);
                 self.drafts.touch(&d.agent);
@@ -196,15 +194,7 @@ impl Tree {
             }
             self.opened_by(&mut st, by);
             if truncate {
-                // Emptied: whatever was refused before is gone with it.
-                st.refused = None;
-            }
-            if truncate && !st.buf.is_empty() {
-                self.drafts
-                    .resize(&mut st, 0)
-                    .map_err(|_| TreeError::new(node.path(), ErrorKind::NoSpace))?;
-                st.dirty = true;
-                st.mtime = SystemTime::now();
+                st.truncate(0).map_err(|why| refused_error(node, why))?;
             }
         }
         Ok(Content::Draft(d))
@@ -233,19 +223,12 @@ impl Tree {
         let end = offset.saturating_add(data.len() as u64);
         if let Err(e) = self.check_len(node, end) {
             if let ErrorKind::Deposit(DepositError::TooLarge { len, max }) = e.kind {
-                st.refused = Some(Refused::TooLarge { len, max });
+                st.refuse(Refused::TooLarge { len, max });
             }
             return Err(e);
         }
-        let (start, end) = (offset as usize, end as usize);
-        if st.buf.len() < end && self.drafts.resize(&mut st, end).is_err() {
-            st.refused = Some(Refused::NoSpace);
-            return Err(refused_error(node, Refused::NoSpace));
-        }
-        st.buf[start..end].copy_from_slice(data);
-        st.dirty = true;
-        st.mtime = SystemTime::now();
-        st.ctime = st.mtime;
+        st.write(offset as usize, data)
+            .map_err(|why| refused_error(node, why))?;
         Ok(data.len())
     }
 
@@ -330,7 +313,7 @@ impl Tree {
         }
         match verdict {
             Verdict::Wait => st
-                .refused
+                .refused()
                 .map_or(Ok(()), |why| Err(refused_error(node, why))),
             Verdict::Drop { pid, signal } => {
                 log::warn!(
@@ -342,7 +325,7 @@ impl Tree {
                 Ok(())
             }
             Verdict::Send => {
-                if let Some(why) = st.refused {
+                if let Some(why) = st.refused() {
                     // Part of a message is not the message: it goes, unsent.
                     log::warn!(
                         "{}: not sent: a write to it was refused, so it held only part of \
@@ -352,7 +335,7 @@ impl Tree {
                     self.give_up(&d, &mut st, Gone::Cut(why));
                     return Err(refused_error(node, why));
                 }
-                if !st.dirty || st.buf.is_empty() {
+                if !st.dirty() || st.buf().is_empty() {
                     return Ok(());
                 }
                 let sent = self.send(node, &d, &mut st, deposits);
@@ -415,11 +398,7 @@ impl Tree {
     /// Draft `d` (its state `st`, locked) will never be sent: out of the listing, its
     /// content freed; its name resolvable for the alias grace.
     fn give_up(&self, d: &Draft, st: &mut DraftState, why: Gone) {
-        st.gone = Some(why);
-        st.dirty = false;
-        // Shrinking always succeeds.
-        let _ = self.drafts.resize(st, 0);
-        st.last_used = std::time::Instant::now();
+        st.give_up(why);
         self.drafts.touch(&d.agent);
     }
 
@@ -431,22 +410,20 @@ impl Tree {
         st: &mut DraftState,
         deposits: &Deposits,
     ) -> Result<(), TreeError> {
-        st.dirty = false;
+        st.attempting();
         match deposits
             .depositor
-            .deposit(&d.agent, &deposits.sender, &st.buf)
+            .deposit(&d.agent, &deposits.sender, st.buf())
         {
             Ok(done) => {
                 log::info!(
                     "{}: deposited as {} ({} bytes, wake: {:?})",
                     node.path(),
                     done.published.path.display(),
-                    st.buf.len(),
+                    st.buf().len(),
                     done.wake
                 );
-                st.deposited = Some(done.published);
-                st.last_used = std::time::Instant::now();
-                self.drafts.deposited(st);
+                st.sent(done.published);
                 self.drafts.touch(&d.agent);
                 Ok(())
             }
@@ -479,17 +456,8 @@ impl Tree {
             return Err(TreeError::new(node.path(), ErrorKind::Immutable));
         }
         self.check_len(node, size)?;
-        if st.buf.len() as u64 != size {
-            self.drafts
-                .resize(&mut st, size as usize)
-                .map_err(|_| TreeError::new(node.path(), ErrorKind::NoSpace))?;
-            if size == 0 {
-                st.refused = None;
-            }
-            st.dirty = true;
-            st.mtime = SystemTime::now();
-        }
-        Ok(())
+        st.truncate(size as usize)
+            .map_err(|why| refused_error(node, why))
     }
 
     /// Times and mode of a draft (kept in memory; a deposit's real file is not touched).
@@ -559,7 +527,7 @@ impl Tree {
         }
         self.drafts.rename(agent, name, newname);
         if drafts::is_private(name) && !drafts::is_private(newname) {
-            d.state.lock().dirty = true;
+            d.state.lock().touch_content();
             let node = Node::Draft(DraftNode {
                 agent: agent.to_string(),
                 id: d.id,

@@ -649,7 +649,7 @@ impl Tree {
                 read_file_at(f, offset, size).map_err(|e| TreeError::io(node.path(), e))
             }
             Content::Bytes(b) => Ok(slice(b)),
-            Content::Draft(d) => Ok(slice(&d.state.lock().buf)),
+            Content::Draft(d) => Ok(slice(d.state.lock().buf())),
             Content::Stream { file, key, stream } => self
                 .pages
                 .read(file, *key, *stream, offset, u64::from(size))
