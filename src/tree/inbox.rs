@@ -350,8 +350,9 @@ impl Tree {
     /// have held it, the closer last), looking again for up to [`SPAWN_GRACE`] while the
     /// only holders are passing ones: a child between its `fork` and its `exec`
     /// (another thread's `posix_spawn`) holds it close-on-exec for a moment, then its
-    /// exec closes it, and that close is the last one and sends it. Waiting for that keeps the promise that the writer's close returns
-    /// once the message is sent. `None` when another close decided it meanwhile.
+    /// exec closes it, and that close is the last one and sends it. Waiting for that
+    /// keeps the promise that the writer's close returns once the message is sent.
+    /// `None` when another close decided it meanwhile.
     fn holders_after_spawns(
         &self,
         d: &Draft,
