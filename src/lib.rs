@@ -39,6 +39,7 @@ pub mod mount;
 pub mod paging;
 pub mod records;
 pub mod tree;
+pub mod views;
 pub mod watch;
 pub mod workspace;
 

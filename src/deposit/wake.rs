@@ -107,27 +107,37 @@ pub fn executor_busy(inbox: &Path) -> io::Result<bool> {
     ))
 }
 
-/// Whether `/proc/locks` text lists a granted `FLOCK` on `major:minor:ino`. Lines look
-/// like `1: FLOCK  ADVISORY  WRITE 12463 fe:00:5316619 0 EOF` (major and minor in hex,
-/// the inode in decimal); `->` lines are blocked waiters, not holders.
+/// Whether `/proc/locks` text lists a granted `FLOCK` on `major:minor:ino`.
 pub(crate) fn flock_held(locks: &str, major: u32, minor: u32, ino: u64) -> bool {
-    locks.lines().any(|line| {
+    flocks(locks).any(|held| held == (major, minor, ino))
+}
+
+/// Every `(major, minor, inode)` with a granted `FLOCK` in `/proc/locks` text, the one
+/// reading of its grammar. Lines look like `1: FLOCK  ADVISORY  WRITE 12463
+/// fe:00:5316619 0 EOF` (major and minor in hex, the inode in decimal); `->` lines are
+/// blocked waiters, not holders.
+pub(crate) fn flocks(locks: &str) -> impl Iterator<Item = (u32, u32, u64)> + '_ {
+    locks.lines().filter_map(|line| {
         let mut tokens = line.split_whitespace();
         let (Some(_ordinal), Some(kind)) = (tokens.next(), tokens.next()) else {
-            return false;
+            return None;
         };
-        kind == "FLOCK"
-            && tokens.any(|t| {
-                let mut parts = t.split(':');
-                let (Some(ma), Some(mi), Some(i), None) =
-                    (parts.next(), parts.next(), parts.next(), parts.next())
-                else {
-                    return false;
-                };
-                u32::from_str_radix(ma, 16).ok() == Some(major)
-                    && u32::from_str_radix(mi, 16).ok() == Some(minor)
-                    && i.parse::<u64>().ok() == Some(ino)
-            })
+        if kind != "FLOCK" {
+            return None;
+        }
+        tokens.find_map(|t| {
+            let mut parts = t.split(':');
+            let (Some(ma), Some(mi), Some(i), None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            else {
+                return None;
+            };
+            Some((
+                u32::from_str_radix(ma, 16).ok()?,
+                u32::from_str_radix(mi, 16).ok()?,
+                i.parse::<u64>().ok()?,
+            ))
+        })
     })
 }
 

@@ -1,0 +1,309 @@
+//! The workspace at a glance: `status`, `status.json`, `events` and `events.ndjson` at
+//! the mount root, made here without FUSE.
+//!
+//! | module | what it decides |
+//! |---|---|
+//! | [`model`] | the facts: agents, names, marks, locks, inboxes, each agent's newest step |
+//! | [`status`] | the rows of `status` and their two renderings |
+//! | [`event`] | one event and its two renderings |
+//! | [`log`] | the bounded append-only log both events files read |
+//! | [`history`] | what happened before the mount, from the records |
+//! | [`follow`] | what happens while mounted, as differences between two models |
+//!
+//! [`Views`] ties them together. One thread, `litanyfs-events`, gathers the first
+//! model, hands it to a second, `litanyfs-history`, to reconstruct the past, and then
+//! rescans whenever [`Views::poke`] is called (the watcher's change reports) and at
+//! least every [`TICK`], so an event is seen within a second even in a directory nobody
+//! watches. Live events found while history is still being reconstructed wait and are
+//! appended after it, in order. Under `--agent ID` only what ID may see is logged.
+
+pub mod event;
+pub mod follow;
+pub mod history;
+pub mod log;
+pub mod model;
+pub mod status;
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use event::{Event, Kind};
+use model::{Model, Scanner, now_secs};
+
+pub use log::{EventLog, Rendering};
+
+/// The longest the follower sleeps between two looks at the workspace.
+pub const TICK: Duration = Duration::from_millis(250);
+
+/// The four files, by name.
+pub const STATUS: &str = "status";
+pub const STATUS_JSON: &str = "status.json";
+pub const EVENTS: &str = "events";
+pub const EVENTS_NDJSON: &str = "events.ndjson";
+
+/// The deposits made through this mount, so the follower neither races nor repeats
+/// them.
+#[derive(Default)]
+struct Deposits {
+    /// Recipients with a deposit under way: their inboxes are not diffed meanwhile.
+    busy: crate::FastMap<String, usize>,
+    /// (recipient, file) already reported by the deposit hook.
+    reported: HashSet<(String, String)>,
+}
+
+/// The views of one mount (module docs).
+pub struct Views {
+    root: std::path::PathBuf,
+    confined: Option<String>,
+    log: EventLog,
+    /// `Some` while history is being reconstructed: the live events found meanwhile.
+    waiting: Mutex<Option<Vec<Event>>>,
+    poked: Mutex<bool>,
+    wake: Condvar,
+    deposits: Mutex<Deposits>,
+    /// What `status` is gathered with; a second concurrent `status` uses a fresh one.
+    status_scanner: Mutex<Option<Scanner>>,
+    /// The last names seen, for events the hooks make.
+    names: Mutex<crate::FastMap<String, String>>,
+}
+
+impl Views {
+    /// The views of the workspace at `root`, as agent `confined` may see them.
+    pub fn new(root: &Path, confined: Option<&str>) -> Arc<Self> {
+        Arc::new(Self {
+            root: root.to_path_buf(),
+            confined: confined.map(str::to_string),
+            log: EventLog::new(),
+            waiting: Mutex::new(Some(Vec::new())),
+            poked: Mutex::new(false),
+            wake: Condvar::new(),
+            deposits: Mutex::new(Deposits::default()),
+            status_scanner: Mutex::new(None),
+            names: Mutex::new(Default::default()),
+        })
+    }
+
+    pub fn log(&self) -> &EventLog {
+        &self.log
+    }
+
+    /// Starts the follower (module docs). Returns at once.
+    pub fn start(self: &Arc<Self>) {
+        let me = self.clone();
+        let started = std::thread::Builder::new()
+            .name("litanyfs-events".into())
+            .spawn(move || me.follow());
+        if let Err(e) = started {
+            ::log::error!("events: no follower thread ({e}); `events` stays empty");
+        }
+    }
+
+    /// Something changed: look again now rather than at the next tick.
+    pub fn poke(&self) {
+        *self.poked.lock() = true;
+        self.wake.notify_one();
+    }
+
+    /// Whether the view may show `e` (module docs).
+    fn visible(&self, e: &Event) -> bool {
+        let Some(me) = &self.confined else {
+            return true;
+        };
+        let from = e.field("from").and_then(|v| v.as_str());
+        match e.kind {
+            Kind::AgentCreated
+            | Kind::AgentDeleted
+            | Kind::MarkSet
+            | Kind::MarkCleared
+            | Kind::LogFull => true,
+            Kind::MessageDeposited | Kind::MessageDelivered => {
+                e.agent == *me || from == Some(me.as_str())
+            }
+            Kind::StepStarted
+            | Kind::StepFinished
+            | Kind::StepFailed
+            | Kind::ToolStarted
+            | Kind::ToolFinished
+            | Kind::BadRecord
+            | Kind::Woken => e.agent == *me,
+        }
+    }
+
+    /// Logs live events, or keeps them until history is in.
+    fn emit(&self, events: Vec<Event>) {
+        let events: Vec<Event> = events.into_iter().filter(|e| self.visible(e)).collect();
+        if events.is_empty() {
+            return;
+        }
+        let mut waiting = self.waiting.lock();
+        match waiting.as_mut() {
+            Some(w) => w.extend(events),
+            None => self.log.append(&events),
+        }
+    }
+
+    /// Logs the reconstructed history, then what waited for it.
+    fn history_done(&self, history: Vec<Event>) {
+        let history: Vec<Event> = history.into_iter().filter(|e| self.visible(e)).collect();
+        let mut waiting = self.waiting.lock();
+        self.log.append(&history);
+        if let Some(w) = waiting.take() {
+            self.log.append(&w);
+        }
+        ::log::info!(
+            "events: {} events reconstructed from the records",
+            history.len()
+        );
+    }
+
+    fn named(&self, e: Event) -> Event {
+        let name = self.names.lock().get(&e.agent).cloned();
+        e.named(name.as_deref())
+    }
+
+    /// A deposit to `recipient` through this mount is about to be published.
+    pub fn depositing(&self, recipient: &str) {
+        *self
+            .deposits
+            .lock()
+            .busy
+            .entry(recipient.to_string())
+            .or_default() += 1;
+    }
+
+    /// The deposit [`Views::depositing`] announced is done: `file` when it was
+    /// published (from `sender`), `None` when it failed.
+    pub fn deposited(&self, recipient: &str, sender: &str, file: Option<&str>) {
+        if let Some(file) = file {
+            let e = Event::message_deposited(now_secs(), recipient, sender, file, true);
+            self.emit(vec![self.named(e)]);
+        }
+        let mut d = self.deposits.lock();
+        if let Some(file) = file {
+            d.reported.insert((recipient.to_string(), file.to_string()));
+        }
+        if let Some(n) = d.busy.get_mut(recipient) {
+            *n -= 1;
+            if *n == 0 {
+                d.busy.remove(recipient);
+            }
+        }
+    }
+
+    /// litanyfs launched a driver for `agent`.
+    pub fn woken(&self, agent: &str, pid: u32) {
+        let e = Event::woken(now_secs(), agent, pid);
+        self.emit(vec![self.named(e)]);
+    }
+
+    fn scanner(&self) -> Option<Scanner> {
+        Scanner::new(&self.root)
+            .map_err(|e| ::log::warn!("events: cannot read the workspace ({e})"))
+            .ok()
+    }
+
+    fn follow(self: Arc<Self>) {
+        let Some(mut scanner) = self.scanner() else {
+            return;
+        };
+        let mut model = scanner.scan();
+        self.remember_names(&model);
+        let first = model.clone();
+        let me = self.clone();
+        let started = std::thread::Builder::new()
+            .name("litanyfs-history".into())
+            .spawn(move || {
+                let t = std::time::Instant::now();
+                let events = match me.scanner() {
+                    Some(mut s) => {
+                        history::reconstruct(&first, &mut s, history::HISTORY_MAX_EVENTS)
+                    }
+                    None => Vec::new(),
+                };
+                ::log::debug!("events: history took {:?}", t.elapsed());
+                me.history_done(events);
+            });
+        if let Err(e) = started {
+            ::log::warn!("events: no history thread ({e}); only live events are shown");
+            self.history_done(Vec::new());
+        }
+        loop {
+            {
+                let mut poked = self.poked.lock();
+                if !*poked {
+                    self.wake.wait_for(&mut poked, TICK);
+                }
+                *poked = false;
+            }
+            if Arc::strong_count(&self) == 1 {
+                return;
+            }
+            let mut next = scanner.scan();
+            self.hold_busy_inboxes(&model, &mut next);
+            let events = {
+                let mut skip = |recipient: &str, file: &str| {
+                    self.deposits
+                        .lock()
+                        .reported
+                        .remove(&(recipient.to_string(), file.to_string()))
+                };
+                follow::diff(&model, &next, &mut scanner, &mut skip)
+            };
+            self.remember_names(&next);
+            self.emit(events);
+            model = next;
+        }
+    }
+
+    /// An inbox with a deposit through this mount under way is taken as it was, so the
+    /// new file is reported once, by the hook, and not by the diff first.
+    fn hold_busy_inboxes(&self, old: &Model, next: &mut Model) {
+        let d = self.deposits.lock();
+        for id in d.busy.keys() {
+            if let (Some(o), Some(n)) = (old.agents.get(id), next.agents.get_mut(id)) {
+                n.pending.clone_from(&o.pending);
+            }
+        }
+    }
+
+    fn remember_names(&self, m: &Model) {
+        let mut names = self.names.lock();
+        names.clear();
+        for (id, a) in &m.agents {
+            if let Some(n) = &a.name {
+                names.insert(id.clone(), n.clone());
+            }
+        }
+    }
+
+    /// The model now, for `status`: gathered with the shared scanner when it is free,
+    /// else with a fresh one, so one slow `status` never waits for another.
+    fn model_now(&self) -> Model {
+        let mut shared = self.status_scanner.try_lock();
+        if let Some(slot) = shared.as_mut() {
+            if slot.is_none() {
+                **slot = self.scanner();
+            }
+            if let Some(s) = slot.as_mut() {
+                return s.scan();
+            }
+        }
+        drop(shared);
+        self.scanner().map(|mut s| s.scan()).unwrap_or_default()
+    }
+
+    /// `status` (`json: false`) or `status.json` now.
+    pub fn status(&self, json: bool) -> Vec<u8> {
+        let m = self.model_now();
+        let rows = status::rows(&m, self.confined.as_deref(), now_secs());
+        if json {
+            status::json(&rows).into_bytes()
+        } else {
+            status::text(&rows).into_bytes()
+        }
+    }
+}
