@@ -200,11 +200,24 @@ fn reap(mut child: Child) {
 }
 
 /// Wakes agents of one workspace after deposits: the lock read, then the launch.
-#[derive(Debug)]
 pub struct Waker {
     root: PathBuf,
     harness: Option<PathBuf>,
     warned: AtomicBool,
+    /// Told of every driver launched: the agent and the driver's pid.
+    on_launch: std::sync::OnceLock<OnLaunch>,
+}
+
+/// What a [`Waker`] tells of each launch ([`Waker::on_launch`]).
+pub type OnLaunch = Box<dyn Fn(&str, u32) + Send + Sync>;
+
+impl std::fmt::Debug for Waker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waker")
+            .field("root", &self.root)
+            .field("harness", &self.harness)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Waker {
@@ -214,6 +227,15 @@ impl Waker {
             root: root.to_path_buf(),
             harness: find_harness(harness),
             warned: AtomicBool::new(false),
+            on_launch: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Has `hook` told of every driver launched from now on (once; a second hook is
+    /// refused and logged).
+    pub fn on_launch(&self, hook: OnLaunch) {
+        if self.on_launch.set(hook).is_err() {
+            log::warn!("a launch hook is already set; the new one is ignored");
         }
     }
 
@@ -244,6 +266,9 @@ impl Waker {
                     "launched {} advance for {agent} (pid {pid})",
                     harness.display()
                 );
+                if let Some(hook) = self.on_launch.get() {
+                    hook(agent, pid);
+                }
                 Wake::Launched { pid }
             }
             Err(e) => {
@@ -550,6 +575,7 @@ pub(crate) mod tests {
             root: t.path().to_path_buf(),
             harness: None,
             warned: AtomicBool::new(false),
+            on_launch: std::sync::OnceLock::new(),
         };
         assert_eq!(waker.wake("a1"), Wake::NoHarness);
         assert_eq!(waker.wake("a1"), Wake::NoHarness);

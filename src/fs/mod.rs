@@ -894,6 +894,8 @@ impl Invalidator {
             for change in changes {
                 self.apply(&notifier, change);
             }
+            // The events follower looks now rather than at its next tick.
+            self.state.tree.views().poke();
             // A burst of changes (a harness streaming a record, a run of deposits) then
             // wakes this thread once per pause rather than once per event; a lone change
             // is still applied at once.

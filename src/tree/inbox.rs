@@ -257,10 +257,16 @@ impl Tree {
             return Err(refused_error(node, why));
         }
         st.dirty = false;
-        match deposits
+        self.views.depositing(&d.agent);
+        let result = deposits
             .depositor
-            .deposit(&d.agent, &deposits.sender, &st.buf)
-        {
+            .deposit(&d.agent, &deposits.sender, &st.buf);
+        let published = result
+            .as_ref()
+            .ok()
+            .map(|done| done.published.name.as_str());
+        self.views.deposited(&d.agent, &deposits.sender, published);
+        match result {
             Ok(done) => {
                 log::info!(
                     "{}: deposited as {} ({} bytes, wake: {:?})",

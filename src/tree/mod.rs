@@ -28,10 +28,11 @@ mod git;
 mod inbox;
 mod node;
 mod records;
+mod views;
 
 pub use error::{ErrorKind, TreeError};
 pub use node::{
-    Backed, Capture, DraftNode, GitNode, MARKS_DIR, Node, Place, RecordView, TOP_LEVEL,
+    Backed, Capture, DraftNode, GitNode, MARKS_DIR, Node, Place, RecordView, TOP_LEVEL, ViewFile,
 };
 pub use records::{DEFAULT_RECORDS_CACHE_BYTES, LATEST, RESPONSE_MD, TRANSCRIPT_MD, derived_from};
 
@@ -47,6 +48,7 @@ use parking_lot::Mutex;
 use crate::deposit::Depositor;
 use crate::paging::{CaptureKey, PageCache, Stream};
 use crate::records::Records;
+use crate::views::Views;
 use crate::watch::Watcher;
 use crate::workspace::Workspace;
 use crate::workspace::backing::Backing;
@@ -198,6 +200,8 @@ pub enum Content {
         key: CaptureKey,
         closed: bool,
     },
+    /// One rendering of the events log, read at an offset as it grows.
+    Log(crate::views::Rendering),
 }
 
 /// What deposits through the mount need: the engine and who they come from.
@@ -235,6 +239,8 @@ pub struct Tree {
     /// kernel keeps a directory's listing until it sees a new mtime. An invalidation
     /// alone can lose to a listing reply already on its way.
     agents_changed: Mutex<crate::FastMap<String, SystemTime>>,
+    /// `status` and the events ([`crate::views`]).
+    views: Arc<Views>,
 }
 
 /// The clashing names and unusable refs last logged.
@@ -254,6 +260,7 @@ impl Tree {
             .map_err(|e| TreeError::io(ws.root().display().to_string(), e))?;
         let refs = Refs::open(&ws.repo_dir()).map_err(|e| TreeError::git("repo.git", e))?;
         Ok(Self {
+            views: Views::new(ws.root(), None),
             ws,
             backing,
             refs,
@@ -303,6 +310,7 @@ impl Tree {
     /// records and inboxes' contents cannot be reached by any path.
     pub fn confined_to(mut self, id: &str) -> Self {
         self.confined = Some(id.to_string());
+        self.views = Views::new(self.ws.root(), Some(id));
         self
     }
 
@@ -311,6 +319,11 @@ impl Tree {
         self.pages = PageCache::new(bytes);
         self.records = Records::new(bytes);
         self
+    }
+
+    /// `status` and the events; [`Views::start`] starts following the workspace.
+    pub fn views(&self) -> &Arc<Views> {
+        &self.views
     }
 
     pub fn pages(&self) -> &PageCache {
@@ -381,6 +394,7 @@ impl Tree {
             Node::Git(g) => self.git_attr_in(&*self.snapshot()?, node, g),
             Node::Draft(d) => self.draft_attr(node, d),
             Node::Record(v) => self.record_attr(node, v),
+            Node::View(v) => Ok(self.view_attr(node, *v)),
         }
     }
 
@@ -468,6 +482,8 @@ impl Tree {
         let b = match node {
             Node::Backing(b) => b,
             Node::Record(v) => return self.record_ttl(v).unwrap_or(SHORT_TTL),
+            // A snapshot per open, a log that grows: the kernel keeps nothing.
+            Node::View(_) => return NO_TTL,
             _ => return SHORT_TTL,
         };
         // An inbox directory's listing also changes with drafts, which no watch reports;
@@ -493,7 +509,7 @@ impl Tree {
             Node::Root => Node::top(name).ok_or_else(|| TreeError::not_found(parent.join(name))),
             Node::Backing(b) => self.backing_child(parent, b, name),
             Node::Git(g) => git::child(parent, g, name),
-            Node::Capture(_) | Node::Draft(_) | Node::Record(_) => {
+            Node::Capture(_) | Node::Draft(_) | Node::Record(_) | Node::View(_) => {
                 Err(TreeError::new(parent.path(), ErrorKind::NotDir))
             }
         }
@@ -524,7 +540,7 @@ impl Tree {
             Node::Root => self.list_root(),
             Node::Backing(b) => self.backing_list(node, b),
             Node::Git(g) => self.git_list(node, g),
-            Node::Capture(_) | Node::Draft(_) | Node::Record(_) => {
+            Node::Capture(_) | Node::Draft(_) | Node::Record(_) | Node::View(_) => {
                 Err(TreeError::new(node.path(), ErrorKind::NotDir))
             }
         }
@@ -591,7 +607,11 @@ impl Tree {
             // It grows (a response being streamed) or may differ from the size the
             // kernel last saw (a transcript whose tip moved): reads ask the daemon.
             Content::Response { .. } => opened.direct_io = true,
-            Content::Bytes(_) if matches!(node, Node::Record(_)) => opened.direct_io = true,
+            Content::Bytes(_) if matches!(node, Node::Record(_) | Node::View(_)) => {
+                opened.direct_io = true
+            }
+            // The log grows under the reader: every read asks for the current end.
+            Content::Log(_) => opened.direct_io = true,
             Content::Bytes(_) | Content::Stream { .. } => {}
         }
         Ok(opened)
@@ -606,6 +626,7 @@ impl Tree {
             Node::Git(g) => self.git_open(node, g),
             Node::Draft(d) => self.draft(node, d).map(Content::Draft),
             Node::Record(v) => self.record_open(node, v),
+            Node::View(v) => Ok(self.view_open(*v)),
         }
     }
 
@@ -636,6 +657,7 @@ impl Tree {
             Content::Response { file, key, closed } => {
                 self.read_response(node, file, *key, *closed, offset, size)
             }
+            Content::Log(r) => self.read_log(node, *r, offset, size),
         }
     }
 

@@ -27,6 +27,7 @@ pub mod status;
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
@@ -53,6 +54,9 @@ struct Deposits {
     busy: crate::FastMap<String, usize>,
     /// (recipient, file) already reported by the deposit hook.
     reported: HashSet<(String, String)>,
+    /// `woken` events of a recipient whose deposit is not reported yet: the wake runs on
+    /// a thread of its own and may launch before the deposit's close returns.
+    woken: Vec<Event>,
 }
 
 /// The views of one mount (module docs).
@@ -69,6 +73,9 @@ pub struct Views {
     status_scanner: Mutex<Option<Scanner>>,
     /// The last names seen, for events the hooks make.
     names: Mutex<crate::FastMap<String, String>>,
+    /// The length of the last `status` and `status.json` made: what a `stat` says
+    /// before an open makes a new one (reads are direct, so a reader always gets all).
+    status_lens: [AtomicU64; 2],
 }
 
 impl Views {
@@ -84,6 +91,7 @@ impl Views {
             deposits: Mutex::new(Deposits::default()),
             status_scanner: Mutex::new(None),
             names: Mutex::new(Default::default()),
+            status_lens: Default::default(),
         })
     }
 
@@ -178,26 +186,42 @@ impl Views {
     /// The deposit [`Views::depositing`] announced is done: `file` when it was
     /// published (from `sender`), `None` when it failed.
     pub fn deposited(&self, recipient: &str, sender: &str, file: Option<&str>) {
+        let mut events = Vec::new();
         if let Some(file) = file {
             let e = Event::message_deposited(now_secs(), recipient, sender, file, true);
-            self.emit(vec![self.named(e)]);
+            events.push(self.named(e));
         }
-        let mut d = self.deposits.lock();
-        if let Some(file) = file {
-            d.reported.insert((recipient.to_string(), file.to_string()));
-        }
-        if let Some(n) = d.busy.get_mut(recipient) {
-            *n -= 1;
-            if *n == 0 {
-                d.busy.remove(recipient);
+        {
+            let mut d = self.deposits.lock();
+            if let Some(file) = file {
+                d.reported.insert((recipient.to_string(), file.to_string()));
+            }
+            if let Some(n) = d.busy.get_mut(recipient) {
+                *n -= 1;
+                if *n == 0 {
+                    d.busy.remove(recipient);
+                    let (mine, rest) = std::mem::take(&mut d.woken)
+                        .into_iter()
+                        .partition(|e| e.agent == recipient);
+                    d.woken = rest;
+                    events.extend::<Vec<Event>>(mine);
+                }
             }
         }
+        self.emit(events);
     }
 
-    /// litanyfs launched a driver for `agent`.
+    /// litanyfs launched a driver (pid `pid`) for `agent`.
     pub fn woken(&self, agent: &str, pid: u32) {
-        let e = Event::woken(now_secs(), agent, pid);
-        self.emit(vec![self.named(e)]);
+        let e = self.named(Event::woken(now_secs(), agent, pid));
+        {
+            let mut d = self.deposits.lock();
+            if d.busy.contains_key(agent) {
+                d.woken.push(e);
+                return;
+            }
+        }
+        self.emit(vec![e]);
     }
 
     fn scanner(&self) -> Option<Scanner> {
@@ -300,10 +324,17 @@ impl Views {
     pub fn status(&self, json: bool) -> Vec<u8> {
         let m = self.model_now();
         let rows = status::rows(&m, self.confined.as_deref(), now_secs());
-        if json {
+        let bytes = if json {
             status::json(&rows).into_bytes()
         } else {
             status::text(&rows).into_bytes()
-        }
+        };
+        self.status_lens[usize::from(json)].store(bytes.len() as u64, Ordering::Relaxed);
+        bytes
+    }
+
+    /// The length of the last `status` (`json: false`) or `status.json` made.
+    pub fn status_len(&self, json: bool) -> u64 {
+        self.status_lens[usize::from(json)].load(Ordering::Relaxed)
     }
 }
