@@ -8,7 +8,7 @@
 //! exactly one line of each file; paths are workspace-relative and open verbatim under
 //! the mount.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::deposit::format_utc;
 use crate::workspace::{AGENTS_DIR, INBOX_DIR, STEPS_DIR};
@@ -270,19 +270,30 @@ impl Event {
         out
     }
 
-    /// The object of `events.ndjson`, as one line with its newline.
+    /// The object of `events.ndjson`, as one line with its newline: `at`, `kind`,
+    /// `agent`, `name`, `path`, then the kind's fields, in that order.
     pub fn ndjson(&self) -> String {
-        let mut m = Map::new();
-        m.insert("at".into(), format_utc(self.at).into());
-        m.insert("kind".into(), self.kind.as_str().into());
-        m.insert("agent".into(), self.agent.clone().into());
-        m.insert("name".into(), opt(self.name.clone()));
-        m.insert("path".into(), opt(self.path.clone()));
-        for (k, v) in &self.fields {
-            m.insert((*k).into(), v.clone());
+        let common: [(&str, Value); 5] = [
+            ("at", format_utc(self.at).into()),
+            ("kind", self.kind.as_str().into()),
+            ("agent", self.agent.clone().into()),
+            ("name", opt(self.name.clone())),
+            ("path", opt(self.path.clone())),
+        ];
+        let mut out = String::from("{");
+        let pairs = common
+            .iter()
+            .map(|(k, v)| (*k, v))
+            .chain(self.fields.iter().map(|(k, v)| (*k, v)));
+        for (i, (k, v)) in pairs.enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&Value::from(k).to_string());
+            out.push(':');
+            out.push_str(&v.to_string());
         }
-        let mut out = Value::Object(m).to_string();
-        out.push('\n');
+        out.push_str("}\n");
         out
     }
 }
@@ -346,6 +357,12 @@ mod tests {
         assert_eq!(v["tool"], "bash");
         assert_eq!(v["input"], "ls -l   | wc");
         assert_eq!(e.ndjson().matches('\n').count(), 1);
+        assert!(
+            e.ndjson()
+                .starts_with(r#"{"at":"2026-12-02T09:42:51Z","kind":"tool-started","agent":"a-1","name":"Alpha","path":"#),
+            "{}",
+            e.ndjson()
+        );
     }
 
     #[test]
