@@ -264,7 +264,7 @@ impl Tree {
         let published = result
             .as_ref()
             .ok()
-            .map(|done| done.published.name.as_str());
+            .map(|done| (done.published.name.as_str(), done.published.ino));
         self.views.deposited(&d.agent, &deposits.sender, published);
         match result {
             Ok(done) => {

@@ -24,12 +24,13 @@ const TRANSCRIPT_SUBJECT: &str = "transcript ";
 const MESSAGE_EXT: &str = ".md";
 
 /// Everything that happened between `old` and `new`, in the order found. `skip` says
-/// whether a deposit `(recipient, file)` was already reported (through this mount).
+/// whether a deposit `(recipient, file, inode)` was already reported (through this
+/// mount).
 pub fn diff(
     old: &Model,
     new: &Model,
     scanner: &mut Scanner,
-    skip: &mut dyn FnMut(&str, &str) -> bool,
+    skip: &mut dyn FnMut(&str, &str, u64) -> bool,
 ) -> Vec<Event> {
     let at = new.at;
     let mut out = Vec::new();
@@ -70,7 +71,7 @@ fn agent(
     a: &Agent,
     at: i64,
     scanner: &mut Scanner,
-    skip: &mut dyn FnMut(&str, &str) -> bool,
+    skip: &mut dyn FnMut(&str, &str, u64) -> bool,
     out: &mut Vec<Event>,
 ) {
     // Steps: the old latest to its end, every step after it, the new latest as it is.
@@ -114,7 +115,7 @@ fn agent(
     // Deposits: every (name, mtime) not seen before.
     for ((file, mtime), p) in &a.pending {
         let seen = before.is_some_and(|b| b.pending.contains_key(&(file.clone(), *mtime)));
-        if !seen && !skip(id, file) {
+        if !seen && !skip(id, file, p.ino) {
             out.push(Event::message_deposited(at, id, &p.sender, file, false));
         }
     }
@@ -303,7 +304,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
         let mut s = Scanner::new(f.root()).unwrap();
-        let mut never = |_: &str, _: &str| false;
+        let mut never = |_: &str, _: &str, _: u64| false;
         let m0 = s.scan();
 
         f.agent("r1", Some("Alpha"), &[]).unwrap();
@@ -398,7 +399,7 @@ mod tests {
         // A deposit the mount already reported is skipped.
         f.inbox_file("r1", "user-002.md", b"x").unwrap();
         let m3 = s.scan();
-        let mut ours = |a: &str, file: &str| a == "r1" && file == "user-002.md";
+        let mut ours = |a: &str, file: &str, _: u64| a == "r1" && file == "user-002.md";
         let e3 = diff(&m2, &m3, &mut s, &mut ours);
         assert!(e3.is_empty(), "{:?}", kinds(&e3));
 
@@ -435,7 +436,7 @@ mod tests {
         let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
         f.agent("r1", None, &[]).unwrap();
         let mut s = Scanner::new(f.root()).unwrap();
-        let mut never = |_: &str, _: &str| false;
+        let mut never = |_: &str, _: &str, _: u64| false;
         let m0 = s.scan();
         f.step(
             "r1",

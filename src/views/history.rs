@@ -292,6 +292,6 @@ mod tests {
         assert_eq!(kinds, vec![Kind::MessageDeposited, Kind::AgentCreated]);
         // Nothing the first model shows is live: a diff from it is empty.
         let m1 = s.scan();
-        assert!(follow::diff(&m0, &m1, &mut s, &mut |_, _| false).is_empty());
+        assert!(follow::diff(&m0, &m1, &mut s, &mut |_, _, _| false).is_empty());
     }
 }

@@ -24,11 +24,10 @@ pub mod log;
 pub mod model;
 pub mod status;
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -39,6 +38,9 @@ pub use log::{EventLog, Rendering};
 
 /// The longest the follower sleeps between two looks at the workspace.
 pub const TICK: Duration = Duration::from_millis(250);
+
+/// How long a deposit reported by the hook is remembered for the follower to skip.
+const REPORTED_KEEP: Duration = Duration::from_secs(60);
 
 /// The four files, by name.
 pub const STATUS: &str = "status";
@@ -52,8 +54,10 @@ pub const EVENTS_NDJSON: &str = "events.ndjson";
 struct Deposits {
     /// Recipients with a deposit under way: their inboxes are not diffed meanwhile.
     busy: crate::FastMap<String, usize>,
-    /// (recipient, file) already reported by the deposit hook.
-    reported: HashSet<(String, String)>,
+    /// (recipient, file, inode) already reported by the deposit hook, and when: kept
+    /// [`REPORTED_KEEP`] at most (a deposit drained before the follower looked is never
+    /// seen by it), so this stays small and a reused name is a new deposit.
+    reported: crate::FastMap<(String, String, u64), Instant>,
     /// `woken` events of a recipient whose deposit is not reported yet: the wake runs on
     /// a thread of its own and may launch before the deposit's close returns.
     woken: Vec<Event>,
@@ -183,18 +187,22 @@ impl Views {
             .or_default() += 1;
     }
 
-    /// The deposit [`Views::depositing`] announced is done: `file` when it was
+    /// The deposit [`Views::depositing`] announced is done: `(file, inode)` when it was
     /// published (from `sender`), `None` when it failed.
-    pub fn deposited(&self, recipient: &str, sender: &str, file: Option<&str>) {
+    pub fn deposited(&self, recipient: &str, sender: &str, published: Option<(&str, u64)>) {
         let mut events = Vec::new();
-        if let Some(file) = file {
+        if let Some((file, _)) = published {
             let e = Event::message_deposited(now_secs(), recipient, sender, file, true);
             events.push(self.named(e));
         }
         {
             let mut d = self.deposits.lock();
-            if let Some(file) = file {
-                d.reported.insert((recipient.to_string(), file.to_string()));
+            if let Some((file, ino)) = published {
+                let now = Instant::now();
+                d.reported
+                    .retain(|_, at| now.duration_since(*at) < REPORTED_KEEP);
+                d.reported
+                    .insert((recipient.to_string(), file.to_string(), ino), now);
             }
             if let Some(n) = d.busy.get_mut(recipient) {
                 *n -= 1;
@@ -269,11 +277,12 @@ impl Views {
             let mut next = scanner.scan();
             self.hold_busy_inboxes(&model, &mut next);
             let events = {
-                let mut skip = |recipient: &str, file: &str| {
+                let mut skip = |recipient: &str, file: &str, ino: u64| {
                     self.deposits
                         .lock()
                         .reported
-                        .remove(&(recipient.to_string(), file.to_string()))
+                        .remove(&(recipient.to_string(), file.to_string(), ino))
+                        .is_some()
                 };
                 follow::diff(&model, &next, &mut scanner, &mut skip)
             };
@@ -336,5 +345,87 @@ impl Views {
     /// The length of the last `status` (`json: false`) or `status.json` made.
     pub fn status_len(&self, json: bool) -> u64 {
         self.status_lens[usize::from(json)].load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixture::Fixture;
+    use crate::workspace::refs::Flavour;
+
+    fn lines(v: &Views) -> Vec<String> {
+        let bytes = v.log().read(Rendering::Text, 0, u32::MAX).unwrap();
+        String::from_utf8(bytes)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn live_events_wait_for_history_and_wakes_for_their_deposit() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent("r1", Some("Alpha"), &[]).unwrap();
+        let v = Views::new(f.root(), None);
+        v.remember_names(&Scanner::new(f.root()).unwrap().scan());
+        // Found while history is still being made: held back.
+        v.depositing("r1");
+        v.woken("r1", 42);
+        assert!(v.log().is_empty());
+        v.deposited("r1", "user", Some(("user-001.md", 7)));
+        assert!(v.log().is_empty(), "history first");
+        v.history_done(vec![Event::agent_created(1, "r1", None)]);
+        let l = lines(&v);
+        assert_eq!(l.len(), 3, "{l:?}");
+        assert!(l[0].contains(" agent-created "), "{l:?}");
+        assert!(
+            l[1].contains(" message-deposited Alpha from=user "),
+            "{l:?}"
+        );
+        assert!(l[1].contains("through_mount=true"), "{l:?}");
+        assert!(l[2].contains(" woken Alpha pid=42 "), "{l:?}");
+        // The follower skips what the hook reported, once.
+        let mut d = v.deposits.lock();
+        let key = ("r1".to_string(), "user-001.md".to_string(), 7);
+        assert!(d.reported.remove(&key).is_some());
+        assert!(d.busy.is_empty() && d.woken.is_empty());
+    }
+
+    #[test]
+    fn a_confined_view_logs_only_what_its_agent_may_see() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        let v = Views::new(f.root(), Some("me"));
+        v.history_done(Vec::new());
+        v.emit(vec![
+            Event::step_started(1, "me", "001"),
+            Event::step_started(1, "other", "001"),
+            Event::tool_started(1, "other", "001", "t", "bash", "ls"),
+            Event::message_deposited(1, "other", "me", "me-001.md", true),
+            Event::message_deposited(1, "other", "user", "user-001.md", false),
+            Event::message_deposited(1, "me", "other", "other-001.md", false),
+            Event::message_delivered(1, "other", "user", "001-user.md"),
+            Event::agent_created(1, "other", None),
+            Event::mark_set(1, "other", "notify", None),
+            Event::woken(1, "other", 9),
+        ]);
+        let l = lines(&v);
+        let kinds: Vec<&str> = l.iter().map(|l| l.split(' ').nth(1).unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "step-started",
+                "message-deposited",
+                "message-deposited",
+                "agent-created",
+                "mark-set"
+            ],
+            "{l:?}"
+        );
+        assert!(l[0].contains(" me "), "{l:?}");
+        assert!(l[1].contains("from=me"), "{l:?}");
+        assert!(l[2].contains("from=other to=me"), "{l:?}");
     }
 }

@@ -98,6 +98,8 @@ pub struct Pending {
     pub sender: String,
     /// Seconds since the epoch.
     pub mtime: i64,
+    /// Its inode: with its name, what a deposit through the mount is known by.
+    pub ino: u64,
     /// Its `deposited_at:`, in seconds, when the frontmatter has one.
     pub deposited_at: Option<i64>,
 }
@@ -502,6 +504,7 @@ impl Scanner {
                 None => Pending {
                     sender: sender.to_string(),
                     mtime: fst.mtime.0,
+                    ino: fst.ino,
                     deposited_at: self.deposited_at(&rel.join(&name)),
                 },
             };
