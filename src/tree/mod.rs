@@ -13,6 +13,7 @@
 //! | `inbox/<id>/` | [`backing`], [`inbox`] | pending deposits, and messages being written |
 //! | `agents/<id>/...`, `marks/<kind>/<id>`, `names/<Name>` | [`git`] | branches, marks, names |
 //! | `steps/<id>/latest`, `transcript.md`, `<NNN>/response.md` | [`records`] | an agent's records as text |
+//! | `status`, `status.json`, `events`, `events.ndjson` | [`views`] | every agent at a glance, what happened |
 //!
 //! A path is parsed once into a typed [`Node`] (see [`node`]); each family's module
 //! answers every operation on its nodes, and this module only dispatches. Content is
