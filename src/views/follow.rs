@@ -104,14 +104,34 @@ fn agent(
                         out,
                     );
                 }
-                for (n, dir) in a.steps.range(from.map_or(0, |f| f + 1)..new_latest.number) {
-                    let s = scanner.step(id, *n, dir);
-                    step(id, None, &s, false, a.running, at, out);
+                // A step directory that went away (or a lower one now the highest) is
+                // not a new step; only numbers above the old latest are.
+                let after = from.map_or(0, |f| f.saturating_add(1));
+                if after < new_latest.number {
+                    for (n, dir) in a.steps.range(after..new_latest.number) {
+                        let s = scanner.step(id, *n, dir);
+                        step(id, None, &s, false, a.running, at, out);
+                    }
+                }
+                if from.is_some_and(|f| f >= new_latest.number) {
+                    return deposits_and_deliveries(id, before, a, at, scanner, skip, out);
                 }
                 step(id, None, new_latest, true, a.running, at, out);
             }
         }
     }
+    deposits_and_deliveries(id, before, a, at, scanner, skip, out);
+}
+
+fn deposits_and_deliveries(
+    id: &str,
+    before: Option<&Agent>,
+    a: &Agent,
+    at: i64,
+    scanner: &mut Scanner,
+    skip: &mut dyn FnMut(&str, &str, u64) -> bool,
+    out: &mut Vec<Event>,
+) {
     // Deposits: every (name, mtime) not seen before.
     for ((file, mtime), p) in &a.pending {
         let seen = before.is_some_and(|b| b.pending.contains_key(&(file.clone(), *mtime)));
@@ -428,6 +448,26 @@ mod tests {
         let e5 = diff(&m4, &m5, &mut s, &mut never);
         assert_eq!(e5.len(), 1);
         assert_eq!(e5[0].kind, Kind::AgentDeleted);
+    }
+
+    #[test]
+    fn a_step_directory_that_goes_away_is_no_new_step() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent("r1", None, &[]).unwrap();
+        f.step("r1", 3, &[("meta.json", b"{}")]).unwrap();
+        f.step("r1", 4, &[("meta.json", b"{}")]).unwrap();
+        let mut s = Scanner::new(f.root()).unwrap();
+        let mut never = |_: &str, _: &str, _: u64| false;
+        let m0 = s.scan();
+        std::fs::remove_dir_all(f.step_dir("r1", 4)).unwrap();
+        let m1 = s.scan();
+        assert!(diff(&m0, &m1, &mut s, &mut never).is_empty());
+        // It comes back: a new directory, so a new step.
+        f.step("r1", 4, &[("meta.json", b"{}")]).unwrap();
+        let m2 = s.scan();
+        let k = kinds(&diff(&m1, &m2, &mut s, &mut never));
+        assert_eq!(k[0], ("step-started", "steps/r1/004".into()), "{k:?}");
     }
 
     #[test]

@@ -274,22 +274,38 @@ impl Views {
             if Arc::strong_count(&self) == 1 {
                 return;
             }
-            let mut next = scanner.scan();
-            self.hold_busy_inboxes(&model, &mut next);
-            let events = {
-                let mut skip = |recipient: &str, file: &str, ino: u64| {
-                    self.deposits
-                        .lock()
-                        .reported
-                        .remove(&(recipient.to_string(), file.to_string(), ino))
-                        .is_some()
-                };
-                follow::diff(&model, &next, &mut scanner, &mut skip)
+            // A bug here must not end the events: the look is abandoned, logged, and the
+            // next one starts from the workspace as it is then.
+            let looked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.look(&mut scanner, &model)
+            }));
+            model = match looked {
+                Ok(next) => next,
+                Err(_) => {
+                    ::log::error!("events: a rescan panicked; the changes it saw are not shown");
+                    scanner.scan()
+                }
             };
-            self.remember_names(&next);
-            self.emit(events);
-            model = next;
         }
+    }
+
+    /// One look: the workspace now, and its differences from `model` logged.
+    fn look(&self, scanner: &mut Scanner, model: &Model) -> Model {
+        let mut next = scanner.scan();
+        self.hold_busy_inboxes(model, &mut next);
+        let events = {
+            let mut skip = |recipient: &str, file: &str, ino: u64| {
+                self.deposits
+                    .lock()
+                    .reported
+                    .remove(&(recipient.to_string(), file.to_string(), ino))
+                    .is_some()
+            };
+            follow::diff(model, &next, scanner, &mut skip)
+        };
+        self.remember_names(&next);
+        self.emit(events);
+        next
     }
 
     /// An inbox with a deposit through this mount under way is taken as it was, so the
