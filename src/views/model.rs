@@ -284,7 +284,16 @@ pub struct Scanner {
     inboxes: FastMap<String, (StatKey, Inbox)>,
     titles: FastMap<Oid, Option<String>>,
     blobs: FastMap<Oid, Option<String>>,
+    /// Per agent, the latest step as last read, with what would make it stale: see
+    /// [`Scanner::settled`].
+    settled: FastMap<String, (Vec<StatKey>, bool, Step)>,
+    /// Scans since the last one that read every latest step afresh.
+    since_full: u32,
 }
+
+/// Every this many scans, every agent's latest step is read again even when it looks
+/// settled (a safety net for writers that take no lock).
+const FULL_SCAN_EVERY: u32 = 20;
 
 impl Scanner {
     pub fn new(root: &Path) -> std::io::Result<Self> {
@@ -300,6 +309,8 @@ impl Scanner {
             inboxes: FastMap::default(),
             titles: FastMap::default(),
             blobs: FastMap::default(),
+            settled: FastMap::default(),
+            since_full: 0,
         })
     }
 
@@ -339,6 +350,12 @@ impl Scanner {
             }
         }
         let live: BTreeSet<&String> = snap.agents.keys().collect();
+        self.since_full += 1;
+        if self.since_full >= FULL_SCAN_EVERY {
+            self.since_full = 0;
+            self.settled.clear();
+        }
+        self.settled.retain(|id, _| live.contains(id));
         self.steps.retain(|id, _| live.contains(id));
         self.inboxes.retain(|id, _| live.contains(id));
         for (id, tip) in &snap.agents {
@@ -382,10 +399,28 @@ impl Scanner {
             locks.contains(&(libc::major(dev), libc::minor(dev), m.ino()))
         });
         let steps = self.step_list(id);
-        let latest = steps
-            .iter()
-            .next_back()
-            .map(|(n, dir)| self.step(id, *n, dir));
+        let latest = steps.iter().next_back().map(|(n, dir)| {
+            let rel = Path::new(STEPS_DIR).join(id).join(dir);
+            let keys = self.settle_keys(id, &rel);
+            match self.settled.get(id) {
+                Some((k, was_running, s))
+                    if *k == keys && !*was_running && !running && s.number == *n =>
+                {
+                    s.clone()
+                }
+                _ => {
+                    let s = self.step(id, *n, dir);
+                    let all_out = s.tools.values().all(|t| t.output.is_some());
+                    if all_out {
+                        self.settled
+                            .insert(id.to_string(), (keys, running, s.clone()));
+                    } else {
+                        self.settled.remove(id);
+                    }
+                    s
+                }
+            }
+        });
         let pending = self.pending(id);
         let title = self.title(tip);
         let tip_time = self
@@ -446,6 +481,19 @@ impl Scanner {
         };
         self.blobs.insert(oid, v.clone());
         v
+    }
+
+    /// What must stand for an agent's latest step to be taken as last read without
+    /// listing it: `steps/<id>`, the step directory and its `tools/` unchanged; and (the
+    /// caller checks) no executor then or now, and every tool finished. Records change
+    /// only under an executor, which holds the lock; a step it finishes writes into the
+    /// step directory, a tool it starts into `tools/`.
+    fn settle_keys(&self, id: &str, step: &Path) -> Vec<StatKey> {
+        let dir = Path::new(STEPS_DIR).join(id);
+        [dir, step.to_path_buf(), step.join(TOOLS_DIR)]
+            .iter()
+            .map(|p| self.backing.lstat(p).map(|st| key(&st)).unwrap_or_default())
+            .collect()
     }
 
     /// The numbered step directories of agent `id`.
@@ -881,6 +929,48 @@ mod tests {
         // A second scan of nothing changed agrees.
         let again = s.scan();
         assert_eq!(again.agents, m.agents);
+    }
+
+    #[test]
+    fn a_settled_step_is_not_read_again_until_the_full_scan() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent("r1", None, &[]).unwrap();
+        f.step("r1", 1, &[("meta.json", b"{}")]).unwrap();
+        f.step(
+            "r1",
+            1,
+            &[("tools/t/output.json", &Fixture::tool_output("a", "", 0))],
+        )
+        .unwrap();
+        let mut s = Scanner::new(f.root()).unwrap();
+        let exit = |m: &Model| {
+            let step = m.agents["r1"].latest.clone().unwrap();
+            step.tools["t"].output.clone().unwrap().unwrap().exit_code
+        };
+        assert_eq!(exit(&s.scan()), 0);
+        // Rewritten in place by something that holds no lock: unseen for a while...
+        let out = f.step_dir("r1", 1).join("tools/t/output.json");
+        std::fs::write(&out, Fixture::tool_output("a", "", 3)).unwrap();
+        assert_eq!(exit(&s.scan()), 0);
+        // ...and seen by the full scan.
+        let seen = (0..FULL_SCAN_EVERY).any(|_| exit(&s.scan()) == 3);
+        assert!(seen);
+        // A new tool directory is seen at once.
+        f.step(
+            "r1",
+            1,
+            &[("tools/u/input.json", br#"{"name":"bash","input":{}}"#)],
+        )
+        .unwrap();
+        assert!(
+            s.scan().agents["r1"]
+                .latest
+                .as_ref()
+                .unwrap()
+                .tools
+                .contains_key("u")
+        );
     }
 
     #[test]
