@@ -4,7 +4,8 @@
 //!   delivered or pending message the records hold, in time order, with paths that open
 //!   under the mount, and `status.json` agrees with the refs, the inboxes and the steps;
 //! - a live run: while a `tail -f events` process follows, `litany message` (with the
-//!   lock held, so `status` says `running`), `litany scan`, a deposit through the mount
+//!   lock held, so `status` says `running`), `litany scan`, a deposit through the mount,
+//!   a slow model call (`in-flight`) ended by `litany stop` (`failed`), `litany dispatch`
 //!   and `litany prompt` each show as their events, in order, once each.
 //!
 //! Skips with a reason only where litany cannot be found, and never under CI.
@@ -378,6 +379,66 @@ fn a_live_run_shows_in_status_and_in_tail_f() {
     harness::wait_quiescent(&r.ws, Duration::from_secs(60)).expect("the harness settles");
     let beta_last = step_dirs(&r.ws, &b).last().cloned().unwrap();
     tail.wait_for(&["step-finished Beta", &format!("steps/{b}/{beta_last}")]);
+
+    // A slow model call (the driver inherits the adapter's delay): in flight while it
+    // streams, then stopped, and failed.
+    let slow = Command::new(&bin)
+        .args(["message".as_ref(), "--".as_ref(), r.ws.as_os_str()])
+        .args([b.as_str(), "slowly"])
+        .env("LITANY_HOME", &home)
+        .env("FAKE_BZ_LINE_DELAY", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(slow.status.success(), "{slow:?}");
+    assert!(
+        eventually(DEADLINE, || {
+            let rows = status_json(&m);
+            let row = row(&rows, &b);
+            row["state"] == "running" && row["step_state"] == "in-flight"
+        }),
+        "{}",
+        read(&m, "status")
+    );
+    let flight = step_dirs(&r.ws, &b).last().cloned().unwrap();
+    let flight_path = format!("steps/{b}/{flight}");
+    assert!(!r.ws.join(&flight_path).join("meta.json").exists());
+    tail.wait_for(&["step-started Beta", &flight_path]);
+    let stop = harness::litany(&home, &["stop".as_ref(), r.ws.as_os_str(), b.as_ref()]);
+    assert!(stop.status.success(), "{stop:?}");
+    harness::wait_quiescent(&r.ws, Duration::from_secs(60)).expect("the harness settles");
+    tail.wait_for(&["step-failed Beta", &flight_path]);
+    let rows = status_json(&m);
+    assert_eq!(row(&rows, &b)["step"], flight.as_str(), "{rows:?}");
+    assert_eq!(row(&rows, &b)["step_state"], "failed", "{rows:?}");
+
+    // A child dispatched under Alpha.
+    let out = harness::litany(
+        &home,
+        &[
+            "dispatch".as_ref(),
+            "worker".as_ref(),
+            r.ws.as_os_str(),
+            a.as_ref(),
+            "--goal".as_ref(),
+            "count to three".as_ref(),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let child = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    tail.wait_for(&[
+        "agent-created",
+        &format!("parent={a}"),
+        &format!("agents/{child}"),
+    ]);
+    harness::wait_quiescent(&r.ws, Duration::from_secs(60)).expect("the harness settles");
+    let status = read(&m, "status");
+    let child_line = status.lines().find(|l| l.contains(&child)).unwrap();
+    assert!(
+        child_line.starts_with("  "),
+        "indented under Alpha:\n{status}"
+    );
+    assert_eq!(row(&status_json(&m), &child)["parent"], a.as_str());
 
     // A new agent.
     let out = harness::litany(
