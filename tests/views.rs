@@ -455,8 +455,9 @@ fn a_live_run_shows_in_status_and_in_tail_f() {
     );
     assert!(out.status.success(), "{out:?}");
     let d = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    // The branch comes before the commit that names it, so the creation may show the id.
-    tail.wait_for(&["agent-created", &format!("agents/{d}")]);
+    // The branch points at its config commit before its dispatch commit names it; the
+    // creation is told once it is born, with its name.
+    tail.wait_for(&["agent-created Delta", &format!("agents/{d}")]);
     tail.wait_for(&["tool-finished Delta", "exit_code=0"]);
     harness::wait_quiescent(&r.ws, Duration::from_secs(60)).expect("the harness settles");
     let d_last = step_dirs(&r.ws, &d).last().cloned().unwrap();

@@ -39,6 +39,37 @@ pub use log::{EventLog, Rendering};
 /// The longest the follower sleeps between two looks at the workspace.
 pub const TICK: Duration = Duration::from_millis(250);
 
+/// The subject prefix of a config commit (CONTRACT §2.4).
+const CONFIG_SUBJECT: &str = "config: ";
+
+/// A new agent branch that still points at its config commit is not there yet: litany
+/// creates `refs/heads/agents/<id>` at the config commit and moves it to the dispatch
+/// commit (which holds `goal.md` and the `name`) a moment later, so its creation is
+/// reported once it is born, with its name.
+fn hold_unborn_agents(scanner: &Scanner, old: &Model, next: &mut Model) {
+    let unborn: Vec<String> = next
+        .agents
+        .iter()
+        .filter(|(id, _)| !old.agents.contains_key(*id))
+        .filter(|(_, a)| {
+            // The tip alone: stop at its parent.
+            let mut seen = 0;
+            let log = scanner.refs().first_parent_log(a.tip, &mut |_| {
+                seen += 1;
+                seen > 1
+            });
+            log.is_ok_and(|(l, _)| {
+                l.first()
+                    .is_some_and(|c| c.summary.starts_with(CONFIG_SUBJECT))
+            })
+        })
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in unborn {
+        next.agents.remove(&id);
+    }
+}
+
 /// How long a deposit reported by the hook is remembered for the follower to skip.
 const REPORTED_KEEP: Duration = Duration::from_secs(60);
 
@@ -293,6 +324,7 @@ impl Views {
     fn look(&self, scanner: &mut Scanner, model: &Model) -> Model {
         let mut next = scanner.scan();
         self.hold_busy_inboxes(model, &mut next);
+        hold_unborn_agents(scanner, model, &mut next);
         let events = {
             let mut skip = |recipient: &str, file: &str, ino: u64| {
                 self.deposits
