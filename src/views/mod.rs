@@ -281,7 +281,10 @@ impl Views {
             .name("litanyfs-history".into())
             .spawn(move || {
                 let t = std::time::Instant::now();
-                let events = match me.scanner() {
+                let one_pass = Scanner::one_pass(&me.root)
+                    .map_err(|e| ::log::warn!("events: cannot read the workspace ({e})"))
+                    .ok();
+                let events = match one_pass {
                     Some(mut s) => {
                         history::reconstruct(&first, &mut s, history::HISTORY_MAX_EVENTS)
                     }

@@ -35,8 +35,9 @@ pub const INPUT_FILE: &str = "input.json";
 pub const OUTPUT_FILE: &str = "output.json";
 /// The file at an agent's tree root where the titler lands a title (CONTRACT §1.2).
 pub const TITLE_FILE: &str = "title";
-/// How much of the end of a `response.json` is read for its finish reason and usage.
-pub const RESPONSE_TAIL_BYTES: u64 = 64 << 10;
+/// How much of the end of a `response.json` is read for its finish reason and usage: a
+/// short tail first (the last lines hold them), then a longer one if that had none.
+pub const RESPONSE_TAIL_BYTES: [u64; 2] = [4 << 10, 64 << 10];
 /// How much of the end of a large `output.json` is read for its exit code and times.
 const OUTPUT_TAIL_BYTES: u64 = 512;
 /// Captures up to this size are parsed whole; larger ones are measured by the paging
@@ -289,6 +290,9 @@ pub struct Scanner {
     settled: FastMap<String, (Vec<StatKey>, bool, Step)>,
     /// Scans since the last one that read every latest step afresh.
     since_full: u32,
+    /// Whether steps and tools read are remembered (not for a one-pass reader, such as
+    /// history, which reads each record once and would only grow the caches).
+    caching: bool,
 }
 
 /// Every this many scans, every agent's latest step is read again even when it looks
@@ -311,7 +315,15 @@ impl Scanner {
             blobs: FastMap::default(),
             settled: FastMap::default(),
             since_full: 0,
+            caching: true,
         })
+    }
+
+    /// A scanner that remembers no step or tool it reads (see `caching`).
+    pub fn one_pass(root: &Path) -> std::io::Result<Self> {
+        let mut s = Self::new(root)?;
+        s.caching = false;
+        Ok(s)
     }
 
     pub fn refs(&self) -> &Refs {
@@ -638,7 +650,9 @@ impl Scanner {
             tools,
             odd_tools,
         };
-        self.step_cache.insert(rel, (keys, step.clone()));
+        if self.caching {
+            self.step_cache.insert(rel, (keys, step.clone()));
+        }
         step
     }
 
@@ -663,8 +677,10 @@ impl Scanner {
             input_mtime: input_st.map(|s| s.mtime.0),
             output,
         };
-        self.tool_cache
-            .insert(rel.to_path_buf(), (keys, tool.clone()));
+        if self.caching {
+            self.tool_cache
+                .insert(rel.to_path_buf(), (keys, tool.clone()));
+        }
         tool
     }
 }
@@ -717,25 +733,30 @@ fn read_finish(backing: &Backing, rel: &Path) -> Finish {
     let Ok((f, st)) = backing.open_file(rel) else {
         return out;
     };
-    let start = st.size.saturating_sub(RESPONSE_TAIL_BYTES);
-    let mut buf = vec![0u8; (st.size - start) as usize];
-    if f.read_exact_at(&mut buf, start).is_err() {
-        return out;
-    }
-    for line in buf.split(|b| *b == b'\n') {
-        let Ok(v) = serde_json::from_slice::<Value>(line) else {
-            continue;
-        };
-        match v.get("type").and_then(Value::as_str) {
-            Some("finish") => {
-                out.reason = v.get("reason").and_then(Value::as_str).map(str::to_string)
-            }
-            Some("usage") => {
-                if let Some(n) = v.get("output_tokens").and_then(Value::as_u64) {
-                    out.output_tokens = Some(n);
+    for tail in RESPONSE_TAIL_BYTES {
+        let start = st.size.saturating_sub(tail);
+        let mut buf = vec![0u8; (st.size - start) as usize];
+        if f.read_exact_at(&mut buf, start).is_err() {
+            return out;
+        }
+        for line in buf.split(|b| *b == b'\n') {
+            let Ok(v) = serde_json::from_slice::<Value>(line) else {
+                continue;
+            };
+            match v.get("type").and_then(Value::as_str) {
+                Some("finish") => {
+                    out.reason = v.get("reason").and_then(Value::as_str).map(str::to_string)
                 }
+                Some("usage") => {
+                    if let Some(n) = v.get("output_tokens").and_then(Value::as_u64) {
+                        out.output_tokens = Some(n);
+                    }
+                }
+                _ => {}
             }
-            _ => {}
+        }
+        if out.reason.is_some() || start == 0 {
+            break;
         }
     }
     out
