@@ -15,7 +15,7 @@
 //!
 //! | thread | started in | woken by | may block on |
 //! |---|---|---|---|
-//! | FUSE request threads (`--threads`) | [`mount`] (fuser's session) | a request on `/dev/fuse` | the backing filesystem, git, a deposit's publish |
+//! | FUSE request threads (`--threads`) | [`mount`] (fuser's session) | a request on `/dev/fuse` | the backing filesystem, git, a deposit's publish; at a draft's close, `/proc` files that take no lock the closer may hold ([`witness`]) |
 //! | `invalidate` | [`fs::Invalidator`] | inotify events on watched backing dirs and refs ([`watch`]) | the kernel's invalidation calls |
 //! | `signals` | [`mount`] | SIGINT, SIGTERM, SIGHUP (`sigwait`) | unmounting |
 //! | `ready` | [`mount`] | the mount answering, once, then exits | `stat` of the mount point |
@@ -43,6 +43,7 @@ pub mod records;
 pub mod tree;
 pub mod views;
 pub mod watch;
+pub mod witness;
 pub mod workspace;
 
 /// The hash map of the request path (inodes, watches): foldhash, several times faster

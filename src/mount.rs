@@ -31,6 +31,7 @@ use sd_notify::NotifyState;
 use crate::deposit::{Depositor, Options as DepositOptions, WakeMode};
 use crate::fs::Fs;
 use crate::tree::{Deposits, Tree};
+use crate::witness::Witness;
 use crate::workspace::{Workspace, WorkspaceError};
 
 /// The environment variable that tells a daemon its stdout is the readiness pipe.
@@ -627,6 +628,7 @@ fn serve(
     let mut tree = Tree::new(workspace.clone())
         .map_err(|e| MountError::Daemon(e.to_string()))?
         .with_cache_bytes(opts.cache_bytes)
+        .with_witness(Witness::new(&mnt))
         .watching();
     let mut sender = opts.sender.clone();
     if let Some(agent) = &opts.agent {

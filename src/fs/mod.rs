@@ -29,8 +29,8 @@ use fuser::{
 };
 
 use crate::tree::{
-    Attr, Child, Content, ErrorKind, Identity, Kind, Node, OpenMode, Opened, SHORT_TTL, Tree,
-    TreeError,
+    Attr, Child, Closer, Content, ErrorKind, Identity, Kind, Node, OpenMode, Opened, SHORT_TTL,
+    Tree, TreeError,
 };
 use crate::watch::Change;
 use handles::{Handle, Handles};
@@ -327,11 +327,12 @@ impl Filesystem for Fs {
         })
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let by = req.pid();
         guarded("open", || {
             let truncate = flags.0 & libc::O_TRUNC != 0;
             let mode = if flags.acc_mode() != OpenAccMode::O_RDONLY || truncate {
-                OpenMode::Write { truncate }
+                OpenMode::Write { truncate, by }
             } else {
                 OpenMode::Read
             };
@@ -394,8 +395,8 @@ impl Filesystem for Fs {
         })
     }
 
-    /// Each `close(2)`: a draft with unsaved bytes is deposited now, so that the writer's
-    /// `close` hears whether it worked.
+    /// Each `close(2)`: the last close of a draft deposits it now, so that it hears
+    /// whether that worked.
     fn flush(
         &self,
         req: &Request,
@@ -406,10 +407,15 @@ impl Filesystem for Fs {
     ) {
         let pid = req.pid();
         guarded("flush", || {
-            match self
-                .node(ino)
-                .and_then(|(n, _)| self.tree.flush(&n, Some(pid)))
-            {
+            match self.node(ino).and_then(|(n, _)| {
+                self.tree.flush(
+                    &n,
+                    Some(Closer {
+                        tid: pid,
+                        ino: ino.0,
+                    }),
+                )
+            }) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(refuse("close", &e)),
             }
@@ -713,7 +719,7 @@ impl Filesystem for Fs {
     /// Creating a file in `inbox/<id>/` starts a message (see [`crate::tree::drafts`]).
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         _mode: u32,
@@ -721,12 +727,15 @@ impl Filesystem for Fs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        let by = req.pid();
         guarded("create", || {
             let made = self.node(parent).and_then(|(p, _)| {
                 let (node, attr) = self.tree.create(&p, name)?;
-                let opened =
-                    self.tree
-                        .open(&node, &attr.identity, OpenMode::Write { truncate: false })?;
+                let mode = OpenMode::Write {
+                    truncate: false,
+                    by,
+                };
+                let opened = self.tree.open(&node, &attr.identity, mode)?;
                 Ok((node, attr, opened))
             });
             let (node, attr, opened) = match made {

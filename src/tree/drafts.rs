@@ -1,13 +1,21 @@
 //! Drafts: files being written in `inbox/<id>/` through the mount.
 //!
 //! A file created in an inbox is not a backing file: it is a message being written, held
-//! in memory until the writer closes it, then deposited as `<sender>-<NNN>.md` by the
-//! [`Depositor`](crate::deposit::Depositor). Nothing touches the real inbox before that, so
-//! no drain, reader or `litany scan` can see half a message, and a daemon killed mid-write
-//! loses only what was never closed.
+//! in memory until the last descriptor on it closes, then deposited as
+//! `<sender>-<NNN>.md` by the [`Depositor`](crate::deposit::Depositor). Nothing touches
+//! the real inbox before that, so no drain, reader or `litany scan` can see half a
+//! message, and a daemon killed mid-write loses only what was never closed.
 //!
-//! A draft moves through three states:
+//! Which close is the last, and whether a writer was killed, is the [`verdict`] on what
+//! the [witness](crate::witness) saw at that close: dups, forked children and exec'ed
+//! programs holding the descriptor all count, so a shell writing line by line through one
+//! descriptor sends one message, and a writer killed mid-message (`kill -9`, Ctrl-C,
+//! `timeout`) sends nothing.
+//!
+//! A draft moves through these states:
 //! - *writing*: writes, truncates and time changes apply to the buffer;
+//! - *killed*: a process that wrote to it died from a signal holding it; it is out of the
+//!   listing at once and never sent;
 //! - *deposited*: the content is in the real inbox and immutable. The writer's name stays
 //!   resolvable as an alias for [`ALIAS_GRACE`] after its last use (so `cp -p` can set
 //!   times after closing), but is no longer listed: the real `<sender>-<NNN>.md` is;
@@ -26,6 +34,7 @@ use std::time::{Duration, Instant, SystemTime};
 use parking_lot::Mutex;
 
 use crate::deposit::Published;
+use crate::witness::{self, Exit, Task};
 
 /// How long a deposited draft's name stays resolvable after its last use.
 pub const ALIAS_GRACE: Duration = Duration::from_secs(5);
@@ -54,10 +63,12 @@ pub struct DraftState {
     pub perm: u16,
     /// When the last handle on it was released, for the alias grace.
     pub last_used: Instant,
-    /// The process (thread) that last wrote to it: only its `close` deposits, so that a
-    /// child that inherited the descriptor and exits early cannot deposit half a
-    /// message (the last release deposits in any case).
-    pub writer: Option<u32>,
+    /// Who has had a hand in it, for the close that decides it.
+    pub hands: Hands,
+    /// Why it will never be sent, once decided; its name then stays resolvable (not
+    /// listed) for the alias grace, like a sent message's, so rewriting it with `>`
+    /// starts a new message.
+    pub gone: Option<Gone>,
     /// A write to it was refused, so it holds only part of what its writer meant to
     /// send: it is never deposited as it is, until it is emptied (truncated) and written
     /// again.
@@ -65,6 +76,100 @@ pub struct DraftState {
     /// Bytes of `buf` counted in the totals: live ones while being written, an alias's
     /// once deposited.
     counted: usize,
+}
+
+impl DraftState {
+    /// Whether a close has something to decide: bytes not yet sent, or a refused write
+    /// to report, and neither sent nor dropped.
+    pub fn pending(&self) -> bool {
+        !self.closed() && (self.dirty || self.refused.is_some())
+    }
+
+    /// Whether it is no longer being written: sent, or never to be.
+    pub fn closed(&self) -> bool {
+        self.deposited.is_some() || self.gone.is_some()
+    }
+}
+
+/// The processes (thread groups) that had a hand in a message being written. Each is
+/// bounded by [`witness::MAX_PROCESSES`]: a close looks at no more than that anyway.
+#[derive(Debug, Clone, Default)]
+pub struct Hands {
+    /// Threads seen, with their groups: a thread's group is read from `/proc` once.
+    tids: Vec<(u32, u32)>,
+    /// Thread groups that wrote to it.
+    pub writers: Vec<u32>,
+    /// Thread groups known to hold it, or to have held it: its opener, its closers, and
+    /// the holders a close found. A close looks at these and their descendants.
+    pub holders: Vec<u32>,
+}
+
+impl Hands {
+    /// The group of thread `tid`, asking `group_of` only for a thread not seen before.
+    pub fn group(&mut self, tid: u32, group_of: impl FnOnce(u32) -> u32) -> u32 {
+        if let Some(&(_, g)) = self.tids.iter().find(|(t, _)| *t == tid) {
+            return g;
+        }
+        let g = group_of(tid);
+        push_bounded(&mut self.tids, (tid, g));
+        g
+    }
+
+    pub fn wrote(&mut self, group: u32) {
+        push_bounded(&mut self.writers, group);
+    }
+
+    pub fn held(&mut self, group: u32) {
+        push_bounded(&mut self.holders, group);
+    }
+}
+
+fn push_bounded<T: PartialEq>(v: &mut Vec<T>, x: T) {
+    if !v.contains(&x) && v.len() < witness::MAX_PROCESSES {
+        v.push(x);
+    }
+}
+
+/// What a close decides for a message being written, from what was seen at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nobody else holds it: this close is the last, and sends it.
+    Send,
+    /// Another process still holds it: the last close will decide.
+    Wait,
+    /// A process that wrote to it is being killed by `signal` as it closes: it is
+    /// never sent.
+    Drop { pid: u32, signal: i32 },
+}
+
+/// The rule: a message goes at the close of the last descriptor on it, and never when a
+/// process that wrote to it dies from a signal holding it. `closer` is the closing task
+/// (`None` when gone), `writers` the groups that wrote to it, `holders` the groups found
+/// still holding it.
+pub fn verdict(closer: Option<&Task>, writers: &[u32], holders: &[u32]) -> Verdict {
+    if let Some(t) = closer
+        && let Some(Exit::Signal(signal)) = t.exit
+        && writers.contains(&t.tgid)
+    {
+        return Verdict::Drop {
+            pid: t.tgid,
+            signal,
+        };
+    }
+    if holders.is_empty() {
+        Verdict::Send
+    } else {
+        Verdict::Wait
+    }
+}
+
+/// Why a message will never be sent (see [`DraftState::gone`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gone {
+    /// Process `pid`, which wrote to it, was killed by `signal` holding it.
+    Killed { pid: u32, signal: i32 },
+    /// A write to it was refused, and it was closed so, holding only part of it.
+    Cut(Refused),
 }
 
 /// Why a write to a draft was refused (see [`DraftState::refused`]).
@@ -126,12 +231,12 @@ impl Draft {
     /// Whether the name is still resolvable: not deposited, or deposited within the grace.
     fn resolvable(&self, now: Instant) -> bool {
         let st = self.state.lock();
-        st.deposited.is_none() || now.duration_since(st.last_used) < ALIAS_GRACE
+        !st.closed() || now.duration_since(st.last_used) < ALIAS_GRACE
     }
 
-    /// Whether listings show it: only until it is deposited.
+    /// Whether listings show it: only while it is being written.
     pub fn listed(&self) -> bool {
-        self.state.lock().deposited.is_none()
+        !self.state.lock().closed()
     }
 }
 
@@ -194,7 +299,8 @@ impl Drafts {
                 ctime: now,
                 perm,
                 last_used: Instant::now(),
-                writer: None,
+                hands: Hands::default(),
+                gone: None,
                 refused: None,
                 counted: 0,
             }),
@@ -275,7 +381,7 @@ impl Drafts {
         let mut aliases: Vec<(Instant, (String, OsString))> = Vec::new();
         for (key, d) in by_name.iter() {
             let st = d.state.lock();
-            if st.deposited.is_some() {
+            if st.closed() {
                 aliases.push((st.last_used, key.clone()));
             }
         }
@@ -328,6 +434,9 @@ impl Drafts {
         st.counted = 0;
         st.buf = Vec::new();
         st.deposited = None;
+        st.hands = Hands::default();
+        st.gone = None;
+        st.refused = None;
     }
 
     /// Bytes the aliases keep now.
@@ -546,6 +655,58 @@ mod tests {
         d.by_name.lock().clear();
         d.by_id.lock().clear();
         assert_eq!((d.live_bytes(), d.alias_bytes()), (0, 0));
+    }
+
+    fn task(tgid: u32, exit: Option<Exit>) -> Task {
+        Task {
+            tid: tgid + 1000,
+            tgid,
+            exit,
+        }
+    }
+
+    #[test]
+    fn the_last_close_sends_unless_a_writer_was_killed() {
+        let running = task(1, None);
+        let exiting = task(1, Some(Exit::Status(0)));
+        let killed = task(1, Some(Exit::Signal(9)));
+        let bystander_killed = task(2, Some(Exit::Signal(15)));
+        // The writer closes and nobody else holds it: sent.
+        assert_eq!(verdict(Some(&running), &[1], &[]), Verdict::Send);
+        assert_eq!(verdict(Some(&exiting), &[1], &[]), Verdict::Send);
+        // A dup, a forked child or an exec'ed program still holds it: wait.
+        assert_eq!(verdict(Some(&running), &[1], &[1]), Verdict::Wait);
+        assert_eq!(verdict(Some(&exiting), &[1], &[3]), Verdict::Wait);
+        // The writer killed: dropped, even if others hold it.
+        let drop = Verdict::Drop { pid: 1, signal: 9 };
+        assert_eq!(verdict(Some(&killed), &[1], &[]), drop);
+        assert_eq!(verdict(Some(&killed), &[2, 1], &[3]), drop);
+        // A holder that never wrote (a `sleep`) killed: its close may still be the last.
+        assert_eq!(verdict(Some(&bystander_killed), &[1], &[]), Verdict::Send);
+        assert_eq!(verdict(Some(&bystander_killed), &[1], &[1]), Verdict::Wait);
+        // A closer already gone (the release, or a task reaped before it was seen).
+        assert_eq!(verdict(None, &[1], &[]), Verdict::Send);
+    }
+
+    #[test]
+    fn hands_read_a_threads_group_once_and_stay_bounded() {
+        let mut h = Hands::default();
+        let mut asked = 0;
+        for _ in 0..3 {
+            assert_eq!(
+                h.group(7, |t| {
+                    asked += 1;
+                    t - 1
+                }),
+                6
+            );
+        }
+        assert_eq!(asked, 1);
+        for i in 0..(witness::MAX_PROCESSES as u32 + 10) {
+            h.held(i);
+            h.held(i);
+        }
+        assert_eq!(h.holders.len(), witness::MAX_PROCESSES);
     }
 
     #[test]

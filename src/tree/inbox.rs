@@ -12,10 +12,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::drafts::{self, Draft, DraftError, Refused};
+use super::drafts::{self, Draft, DraftError, DraftState, Gone, Refused, Verdict};
 use super::node::{Backed, DraftNode};
 use super::{Attr, Child, Content, DRAFT_PERM, Deposits, ErrorKind, FILE_PERM, Identity, Kind};
-use super::{NAME_MAX, Node, Tree, TreeError};
+use super::{Closer, NAME_MAX, Node, Tree, TreeError};
 use crate::deposit::DepositError;
 
 /// The error a refused write to a draft answers, at the write and at every close after.
@@ -34,11 +34,7 @@ impl Tree {
         Ok(Attr {
             kind: Kind::File,
             size: st.buf.len() as u64,
-            perm: if st.deposited.is_some() {
-                FILE_PERM
-            } else {
-                st.perm
-            },
+            perm: if st.closed() { FILE_PERM } else { st.perm },
             nlink: 1,
             mtime: st.mtime,
             ctime: st.ctime,
@@ -154,25 +150,27 @@ impl Tree {
         }
     }
 
-    /// Opens `node` for writing: only a draft can be. A deposited draft's alias opened
-    /// with `O_TRUNC` starts a new message under the same name (`echo a > f; echo b > f`
-    /// sends two); any other write to it is refused, as a message is immutable.
-    pub fn open_write(&self, node: &Node, truncate: bool) -> Result<Content, TreeError> {
+    /// Opens `node` for writing, for thread `by`: only a draft can be. A deposited
+    /// draft's alias opened with `O_TRUNC` starts a new message under the same name
+    /// (`echo a > f; echo b > f` sends two); any other write to it is refused, as a
+    /// message is immutable.
+    pub fn open_write(&self, node: &Node, truncate: bool, by: u32) -> Result<Content, TreeError> {
         let d = self.draft_of(node)?;
         {
             let mut st = d.state.lock();
-            if st.deposited.is_some() {
+            if st.closed() {
                 if !truncate {
                     return Err(TreeError::new(node.path(), ErrorKind::Immutable));
                 }
                 self.drafts.reused(&mut st);
                 st.dirty = false;
-                st.writer = None;
                 st.mtime = SystemTime::now();
+                self.opened_by(&mut st, by);
                 drop(st);
                 self.drafts.touch(&d.agent);
                 return Ok(Content::Draft(d));
             }
+            self.opened_by(&mut st, by);
             if truncate {
                 // Emptied: whatever was refused before is gone with it.
                 st.refused = None;
@@ -188,20 +186,34 @@ impl Tree {
         Ok(Content::Draft(d))
     }
 
-    /// Writes `data` at `offset` into a draft for process `pid`; refuses past the size
+    /// The thread group of thread `tid`, as the draft `st` knows it.
+    fn group(&self, st: &mut DraftState, tid: u32) -> u32 {
+        st.hands
+            .group(tid, |t| self.witness.as_ref().map_or(t, |w| w.tgid(t)))
+    }
+
+    fn opened_by(&self, st: &mut DraftState, tid: u32) {
+        let g = self.group(st, tid);
+        st.hands.held(g);
+    }
+
+    /// Writes `data` at `offset` into a draft for thread `tid`; refuses past the size
     /// limit (EFBIG).
     pub fn write(
         &self,
         node: &Node,
         offset: u64,
         data: &[u8],
-        pid: u32,
+        tid: u32,
     ) -> Result<usize, TreeError> {
         let d = self.draft_of(node)?;
         let mut st = d.state.lock();
-        if st.deposited.is_some() {
+        if st.closed() {
             return Err(TreeError::new(node.path(), ErrorKind::Immutable));
         }
+        let g = self.group(&mut st, tid);
+        st.hands.wrote(g);
+        st.hands.held(g);
         let end = offset.saturating_add(data.len() as u64);
         if let Err(e) = self.check_len(node, end) {
             if let ErrorKind::Deposit(DepositError::TooLarge { len, max }) = e.kind {
@@ -216,17 +228,16 @@ impl Tree {
         }
         st.buf[start..end].copy_from_slice(data);
         st.dirty = true;
-        st.writer = Some(pid);
         st.mtime = SystemTime::now();
         st.ctime = st.mtime;
         Ok(data.len())
     }
 
-    /// Deposits a draft's content if it has unsaved bytes. Each `close(2)` asks (with the
-    /// closing process in `by`) and hears the answer, but only the writer's own close
-    /// deposits; `by: None` is the last release, which deposits whoever it is. An empty
-    /// or private draft deposits nothing.
-    pub fn flush(&self, node: &Node, by: Option<u32>) -> Result<(), TreeError> {
+    /// A `close(2)` of a draft by `closer`, or (`None`) the release of its last handle.
+    /// The last close sends it (see [`drafts::verdict`]) and hears how that went; earlier
+    /// closes of duplicates answer at once and send nothing; a message whose writer was
+    /// killed is dropped. An empty or private draft is never sent.
+    pub fn flush(&self, node: &Node, closer: Option<Closer>) -> Result<(), TreeError> {
         let Node::Draft(_) = node else {
             return Ok(());
         };
@@ -237,25 +248,101 @@ impl Tree {
         let Some(deposits) = self.deposits.as_ref() else {
             return Err(TreeError::read_only(node.path()));
         };
-        // The draft stays locked across the deposit, so two closes of one message (dup'd
-        // descriptors) can never deposit it twice.
+        let verdict = match closer {
+            None => Verdict::Send,
+            Some(closer) => {
+                let (writers, mut candidates) = {
+                    let st = d.state.lock();
+                    if !st.pending() {
+                        return Ok(());
+                    }
+                    (st.hands.writers.clone(), st.hands.holders.clone())
+                };
+                // Looked at without the draft locked: the witness reads `/proc`.
+                let task = self.witness.as_ref().and_then(|w| w.task(closer.tid));
+                match drafts::verdict(task.as_ref(), &writers, &[]) {
+                    Verdict::Send => {
+                        let exiting = task.filter(|t| t.exit.is_some()).map(|t| t.tgid);
+                        if let Some(t) = task {
+                            candidates.push(t.tgid);
+                        }
+                        let holders = self
+                            .witness
+                            .as_ref()
+                            .map_or_else(Vec::new, |w| w.holders(closer.ino, &candidates, exiting));
+                        let mut st = d.state.lock();
+                        for &h in &holders {
+                            st.hands.held(h);
+                        }
+                        if let Some(t) = task {
+                            st.hands.held(t.tgid);
+                        }
+                        drafts::verdict(task.as_ref(), &writers, &holders)
+                    }
+                    v => v,
+                }
+            }
+        };
+        // The draft stays locked across the deposit, so two closes of one message can
+        // never deposit it twice.
         let mut st = d.state.lock();
-        if st.deposited.is_some() || !st.dirty || st.buf.is_empty() {
+        if !st.pending() {
             return Ok(());
         }
-        if by.is_some() && by != st.writer {
-            return Ok(());
+        match verdict {
+            Verdict::Wait => st
+                .refused
+                .map_or(Ok(()), |why| Err(refused_error(node, why))),
+            Verdict::Drop { pid, signal } => {
+                log::warn!(
+                    "{}: not sent: process {pid}, which wrote to it, was killed by signal \
+                     {signal} while holding it",
+                    node.path()
+                );
+                self.give_up(&d, &mut st, Gone::Killed { pid, signal });
+                Ok(())
+            }
+            Verdict::Send => {
+                if let Some(why) = st.refused {
+                    // Part of a message is not the message: it goes, unsent.
+                    log::warn!(
+                        "{}: not sent: a write to it was refused, so it held only part of \
+                         the message",
+                        node.path()
+                    );
+                    self.give_up(&d, &mut st, Gone::Cut(why));
+                    return Err(refused_error(node, why));
+                }
+                if !st.dirty || st.buf.is_empty() {
+                    return Ok(());
+                }
+                let sent = self.send(node, &d, &mut st, deposits);
+                drop(st);
+                self.drafts.shed_aliases();
+                sent
+            }
         }
-        if let Some(why) = st.refused {
-            // Part of a message is not the message: keep it unsent (still listed, so the
-            // writer sees it was not sent) and say so at every close.
-            log::warn!(
-                "{}: not sent: a write to it was refused, so it holds only part of the \
-                 message; truncate it and write it again, or remove it",
-                node.path()
-            );
-            return Err(refused_error(node, why));
-        }
+    }
+
+    /// Draft `d` (its state `st`, locked) will never be sent: out of the listing, its
+    /// content freed; its name resolvable for the alias grace.
+    fn give_up(&self, d: &Draft, st: &mut DraftState, why: Gone) {
+        st.gone = Some(why);
+        st.dirty = false;
+        // Shrinking always succeeds.
+        let _ = self.drafts.resize(st, 0);
+        st.last_used = std::time::Instant::now();
+        self.drafts.touch(&d.agent);
+    }
+
+    /// Deposits draft `d` (its state `st`, locked) into the real inbox.
+    fn send(
+        &self,
+        node: &Node,
+        d: &Draft,
+        st: &mut DraftState,
+        deposits: &Deposits,
+    ) -> Result<(), TreeError> {
         st.dirty = false;
         self.views.depositing(&d.agent);
         let result = deposits
@@ -277,9 +364,7 @@ impl Tree {
                 );
                 st.deposited = Some(done.published);
                 st.last_used = std::time::Instant::now();
-                self.drafts.deposited(&mut st);
-                drop(st);
-                self.drafts.shed_aliases();
+                self.drafts.deposited(st);
                 self.drafts.touch(&d.agent);
                 Ok(())
             }
@@ -288,9 +373,9 @@ impl Tree {
         }
     }
 
-    /// The last handle on a draft closed: deposit what no flush did (errors can only be
-    /// logged now). The alias grace runs from the deposit (or a later change of times or
-    /// mode), not from reads, so a reader cannot keep an alias alive.
+    /// The last handle on a draft closed: whatever no close decided is decided now
+    /// (errors can only be logged). The alias grace runs from the deposit (or a later
+    /// change of times or mode), not from reads, so a reader cannot keep an alias alive.
     pub fn release(&self, node: &Node) {
         if let Err(e) = self.flush(node, None) {
             log::warn!("{e} (at release; the writer was not told)");
@@ -301,7 +386,7 @@ impl Tree {
     pub fn set_size(&self, node: &Node, size: u64) -> Result<(), TreeError> {
         let d = self.draft_of(node)?;
         let mut st = d.state.lock();
-        if st.deposited.is_some() {
+        if st.closed() {
             return Err(TreeError::new(node.path(), ErrorKind::Immutable));
         }
         self.check_len(node, size)?;

@@ -51,6 +51,7 @@ use crate::paging::{CaptureKey, PageCache, Stream};
 use crate::records::Records;
 use crate::views::Views;
 use crate::watch::Watcher;
+use crate::witness::Witness;
 use crate::workspace::Workspace;
 use crate::workspace::backing::Backing;
 use crate::workspace::refs::{Refs, Snapshot};
@@ -174,8 +175,9 @@ pub struct Opened {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpenMode {
     Read,
-    /// Writing; `truncate` for `O_TRUNC`.
+    /// Writing, by thread `by`; `truncate` for `O_TRUNC`.
     Write {
+        by: u32,
         truncate: bool,
     },
 }
@@ -242,6 +244,16 @@ pub struct Tree {
     agents_changed: Mutex<crate::FastMap<String, SystemTime>>,
     /// `status` and the events ([`crate::views`]).
     views: Arc<Views>,
+    /// Who holds a draft at a close (`None` off a mount: every close is then the last).
+    witness: Option<Witness>,
+}
+
+/// A `close(2)` of a draft, as FUSE reports it: the closing thread and the draft's inode
+/// number as the kernel knows it (the witness finds its other holders by it).
+#[derive(Debug, Clone, Copy)]
+pub struct Closer {
+    pub tid: u32,
+    pub ino: u64,
 }
 
 /// The clashing names and unusable refs last logged.
@@ -275,6 +287,7 @@ impl Tree {
             watcher: None,
             refs_reported: Mutex::new(None),
             agents_changed: Mutex::new(Default::default()),
+            witness: None,
         })
     }
 
@@ -309,6 +322,12 @@ impl Tree {
     /// Confines the view to what agent `id` may see: its own step records (as
     /// `read_tool_output` confines paging) and its own pending deposits. Other agents'
     /// records and inboxes' contents cannot be reached by any path.
+    /// Decides the closes of drafts by what `witness` sees (see [`crate::witness`]).
+    pub fn with_witness(mut self, witness: Witness) -> Self {
+        self.witness = Some(witness);
+        self
+    }
+
     pub fn confined_to(mut self, id: &str) -> Self {
         self.confined = Some(id.to_string());
         self.views = Views::new(self.ws.root(), Some(id));
@@ -569,11 +588,11 @@ impl Tree {
         identity: &Identity,
         mode: OpenMode,
     ) -> Result<Opened, TreeError> {
-        if let OpenMode::Write { truncate } = mode {
+        if let OpenMode::Write { truncate, by } = mode {
             // A draft changes under its own writes; never serve it from the cache. Its
             // every close is told to the tree.
             return Ok(Opened {
-                content: self.open_write(node, truncate)?,
+                content: self.open_write(node, truncate, by)?,
                 direct_io: true,
                 keep_cache: false,
                 no_flush: false,

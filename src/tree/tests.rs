@@ -443,8 +443,15 @@ fn the_views_are_fresh_at_every_open_and_the_events_grow() {
     // Writing to a view is refused.
     let (node, attr) = resolve(&tree, "events").unwrap();
     assert!(
-        tree.open(&node, &attr.identity, OpenMode::Write { truncate: false })
-            .is_err()
+        tree.open(
+            &node,
+            &attr.identity,
+            OpenMode::Write {
+                truncate: false,
+                by: 1
+            }
+        )
+        .is_err()
     );
 
     // Once followed, the history shows, and the size is the log's.
@@ -475,4 +482,174 @@ fn the_views_are_fresh_at_every_open_and_the_events_grow() {
     );
     let ndjson = String::from_utf8(read(&tree, "events.ndjson")).unwrap();
     assert_eq!(ndjson.lines().count(), events.lines().count());
+}
+
+/// A tree that takes deposits and decides closes from a stand-in `/proc`.
+fn deposit_setup() -> (tempfile::TempDir, Fixture, Tree, std::path::PathBuf) {
+    let (t, f, tree) = setup(Flavour::Litany);
+    let proc = t.path().join("proc");
+    std::fs::create_dir_all(&proc).unwrap();
+    let depositor = crate::deposit::Depositor::new(
+        tree.workspace(),
+        crate::deposit::Options {
+            guard: None,
+            wake: crate::deposit::WakeMode::Off,
+            spares: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let tree = tree
+        .with_deposits(Deposits {
+            depositor,
+            sender: "user".into(),
+        })
+        .with_witness(crate::witness::Witness::with_proc(&proc, MOUNT));
+    (t, f, tree, proc)
+}
+
+const MOUNT: u64 = 40;
+const INO: u64 = 900;
+const WR: u32 = libc::O_WRONLY as u32;
+
+/// The bodies of agent A's real deposits other than the fixture's.
+fn sent(f: &Fixture) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(f.inbox(A))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name() != "user-001.md" && e.file_name() != "notes.txt")
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| {
+            let text = std::fs::read_to_string(e.path()).unwrap();
+            text.rsplit_once("---\n").unwrap().1.to_string()
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn draft(tree: &Tree, name: &str, by: u32) -> Node {
+    let (inbox, _) = resolve(tree, &format!("inbox/{A}")).unwrap();
+    let (node, attr) = tree.create(&inbox, OsStr::new(name)).unwrap();
+    let mode = OpenMode::Write {
+        truncate: false,
+        by,
+    };
+    tree.open(&node, &attr.identity, mode).unwrap();
+    node
+}
+
+fn close(tree: &Tree, node: &Node, tid: u32) -> Result<(), TreeError> {
+    tree.flush(node, Some(Closer { tid, ino: INO }))
+}
+
+#[test]
+fn the_write_path_sends_at_the_last_close_only() {
+    use crate::witness::fake;
+    let (_t, f, tree, proc) = deposit_setup();
+    // Process 10 opened and wrote; a dup of it is still open in 10 itself.
+    fake::process(&proc, 10, None, &[(3, WR, MOUNT, INO)], &[]).unwrap();
+    let node = draft(&tree, "m", 10);
+    tree.write(&node, 0, b"a\n", 10).unwrap();
+    close(&tree, &node, 10).unwrap();
+    assert!(sent(&f).is_empty(), "sent at a dup's close");
+    tree.write(&node, 2, b"b\n", 10).unwrap();
+    // The same inode on another mount, or read-only, does not hold it.
+    fake::process(
+        &proc,
+        10,
+        None,
+        &[
+            (3, WR, MOUNT + 1, INO),
+            (4, libc::O_RDONLY as u32, MOUNT, INO),
+        ],
+        &[],
+    )
+    .unwrap();
+    close(&tree, &node, 10).unwrap();
+    assert_eq!(sent(&f), ["a\nb\n"]);
+    // Sent: further closes and the release change nothing; writes are refused.
+    close(&tree, &node, 10).unwrap();
+    tree.release(&node);
+    assert_eq!(sent(&f).len(), 1);
+    assert_eq!(
+        tree.write(&node, 4, b"c", 10).unwrap_err().errno(),
+        libc::EPERM
+    );
+}
+
+#[test]
+fn a_forked_child_holds_the_message_until_it_closes() {
+    use crate::witness::fake;
+    let (_t, f, tree, proc) = deposit_setup();
+    fake::process(&proc, 20, None, &[], &[21]).unwrap();
+    fake::process(&proc, 21, None, &[(1, WR, MOUNT, INO)], &[]).unwrap();
+    let node = draft(&tree, "m", 20);
+    tree.write(&node, 0, b"parent;", 20).unwrap();
+    close(&tree, &node, 20).unwrap();
+    assert!(sent(&f).is_empty(), "the child still holds it");
+    tree.write(&node, 7, b"child", 21).unwrap();
+    // The child exits (no address space left, status 0): its table is going away.
+    fake::process(&proc, 21, Some(0), &[(1, WR, MOUNT, INO)], &[]).unwrap();
+    fake::process(&proc, 20, None, &[], &[]).unwrap();
+    close(&tree, &node, 21).unwrap();
+    assert_eq!(sent(&f), ["parent;child"]);
+}
+
+#[test]
+fn a_killed_writer_drops_the_message_and_a_killed_bystander_does_not() {
+    use crate::witness::fake;
+    let (_t, f, tree, proc) = deposit_setup();
+    // A `sleep` (31) that never wrote is killed; the writer (30) then closes.
+    fake::process(&proc, 30, None, &[(1, WR, MOUNT, INO)], &[31]).unwrap();
+    fake::process(&proc, 31, Some(libc::SIGTERM), &[], &[]).unwrap();
+    let node = draft(&tree, "kept", 30);
+    tree.write(&node, 0, b"whole", 30).unwrap();
+    close(&tree, &node, 31).unwrap();
+    assert!(sent(&f).is_empty());
+    fake::process(&proc, 30, None, &[], &[]).unwrap();
+    close(&tree, &node, 30).unwrap();
+    assert_eq!(sent(&f), ["whole"]);
+    // The writer (32) killed while its child (33) still holds the file.
+    fake::process(&proc, 32, None, &[], &[33]).unwrap();
+    fake::process(&proc, 33, None, &[(1, WR, MOUNT, INO)], &[]).unwrap();
+    let node = draft(&tree, "half", 32);
+    tree.write(&node, 0, b"half a mess", 32).unwrap();
+    fake::process(&proc, 32, Some(libc::SIGKILL), &[], &[33]).unwrap();
+    close(&tree, &node, 32).unwrap();
+    assert!(!names(&tree, &format!("inbox/{A}")).contains(&"half".to_string()));
+    // The child's normal close later sends nothing either.
+    fake::process(&proc, 33, Some(0), &[], &[]).unwrap();
+    close(&tree, &node, 33).unwrap();
+    tree.release(&node);
+    assert_eq!(sent(&f), ["whole"]);
+    // The name, rewritten with O_TRUNC, starts a new message.
+    let (n2, attr) = resolve(&tree, &format!("inbox/{A}/half")).unwrap();
+    let mode = OpenMode::Write {
+        truncate: true,
+        by: 34,
+    };
+    tree.open(&n2, &attr.identity, mode).unwrap();
+    tree.write(&n2, 0, b"again", 34).unwrap();
+    close(&tree, &n2, 34).unwrap();
+    assert_eq!(sent(&f), ["again", "whole"]);
+}
+
+#[test]
+fn a_cut_message_goes_unsent_at_its_last_close_with_the_refusal() {
+    use crate::witness::fake;
+    let (_t, f, tree, proc) = deposit_setup();
+    fake::process(&proc, 40, None, &[(5, WR, MOUNT, INO)], &[]).unwrap();
+    let node = draft(&tree, "big", 40);
+    let max = crate::deposit::DEFAULT_MAX_MESSAGE_BYTES as u64;
+    tree.write(&node, 0, b"x", 40).unwrap();
+    let e = tree.write(&node, max, b"y", 40).unwrap_err();
+    assert_eq!(e.errno(), libc::EFBIG);
+    // A dup's close says so, and keeps it (the writer may truncate and rewrite).
+    assert_eq!(close(&tree, &node, 40).unwrap_err().errno(), libc::EFBIG);
+    assert!(names(&tree, &format!("inbox/{A}")).contains(&"big".to_string()));
+    fake::process(&proc, 40, None, &[], &[]).unwrap();
+    assert_eq!(close(&tree, &node, 40).unwrap_err().errno(), libc::EFBIG);
+    assert!(!names(&tree, &format!("inbox/{A}")).contains(&"big".to_string()));
+    assert!(sent(&f).is_empty());
 }

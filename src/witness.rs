@@ -1,0 +1,484 @@
+//! The witness: at a close of a message being written, who else still holds its open
+//! file, and how the closing process is ending. FUSE tells the daemon of every `close(2)`
+//! (a FLUSH, from the closing thread) but not whether it was the last reference to the
+//! open file, nor why a process closes its files at exit; `/proc` tells both.
+//!
+//! **Never blocks on the process being served.** A FLUSH keeps its caller waiting until
+//! the daemon answers, and the caller may be in the middle of an `execve` closing its
+//! close-on-exec descriptors: it then holds its `exec_update_lock` for writing. Since
+//! the stable kernels that protect `ptrace_may_access` with that lock (6.18.40 and
+//! backports: "proc: protect ptrace_may_access() with exec_update_lock"), reading
+//! `/proc/<pid>/fd/<n>` as a link and reading `/proc/<pid>/stat` wait for it. Done from
+//! the FLUSH handler, either deadlocks the exec and the daemon thread together (the hang
+//! that an earlier attempt at this met, with `ps` stuck behind it). So the witness reads
+//! only what takes no lock an exec holds:
+//! - `/proc/<tid>/status`: the thread group, and whether the task still has an address
+//!   space (task lock and RCU only);
+//! - `/proc/<pid>/fd/` as a directory, and `/proc/<pid>/fdinfo/<n>`: which descriptors
+//!   exist and the mount and inode each refers to (the file table under RCU; the access
+//!   check of fdinfo takes no exec lock);
+//! - `/proc/<pid>/task/<tid>/children`: the children (the tasklist's spinning read lock);
+//! - `/proc/<tid>/stat`, for its exit code, **only** for a task without an address space.
+//!   Such a task is past `exit_mm`, so exiting; and a FLUSH comes from an exiting task
+//!   only when it drops the last reference to its file table, so no other thread of its
+//!   group shares that table, and none is in an exec (an exec first kills every other
+//!   thread and waits for them to finish exiting, before it takes the lock).
+//!
+//! A descriptor is recognised by the mount id and inode number its fdinfo shows, so
+//! holders on another filesystem never count; any writable descriptor on the draft's
+//! inode counts, whether or not it is the very same open file. What `/proc` cannot show
+//! (a descriptor in flight over a socket, a mapping) is not seen: the last close seen
+//! then decides, and the release is the backstop.
+
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// How many processes one close may look at (the candidates and their descendants):
+/// a bound on what a close costs in a machine full of processes.
+pub const MAX_PROCESSES: usize = 256;
+
+/// A task, as the witness saw it at a close.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Task {
+    pub tid: u32,
+    pub tgid: u32,
+    /// Set when the task is exiting, with how.
+    pub exit: Option<Exit>,
+}
+
+/// How an exiting task ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// `exit(2)` with this status.
+    Status(i32),
+    /// Killed by this signal.
+    Signal(i32),
+}
+
+impl Exit {
+    /// The kernel's `exit_code`: a signal in the low seven bits, else a status above.
+    pub fn from_code(code: i32) -> Self {
+        match code & 0x7f {
+            0 => Exit::Status((code >> 8) & 0xff),
+            sig => Exit::Signal(sig),
+        }
+    }
+}
+
+/// Reads `/proc` (or a stand-in, in tests) for the facts a close decides on.
+#[derive(Debug)]
+pub struct Witness {
+    proc: PathBuf,
+    mountpoint: PathBuf,
+    /// The mount id of the mount, found in `mountinfo` at first use (it exists only
+    /// once mounted); `None` when it cannot be found, and then no holder is ever seen.
+    mount_id: OnceLock<Option<u64>>,
+}
+
+impl Witness {
+    /// The witness for the mount at `mountpoint` (absolute), reading the real `/proc`.
+    pub fn new(mountpoint: &Path) -> Self {
+        Witness {
+            proc: PathBuf::from("/proc"),
+            mountpoint: mountpoint.to_path_buf(),
+            mount_id: OnceLock::new(),
+        }
+    }
+
+    /// A witness reading a stand-in for `/proc`, for a mount of id `mount_id`.
+    pub fn with_proc(proc: &Path, mount_id: u64) -> Self {
+        let id = OnceLock::new();
+        let _ = id.set(Some(mount_id));
+        Witness {
+            proc: proc.to_path_buf(),
+            mountpoint: PathBuf::new(),
+            mount_id: id,
+        }
+    }
+
+    fn mount_id(&self) -> Option<u64> {
+        *self.mount_id.get_or_init(|| {
+            let found = fs::read(self.proc.join("self/mountinfo"))
+                .ok()
+                .and_then(|info| mount_id_of(&info, &self.mountpoint));
+            if found.is_none() {
+                log::warn!(
+                    "{}: not found in /proc/self/mountinfo; a message is sent at the first \
+                     close of its writer, not at the last close of every holder",
+                    self.mountpoint.display()
+                );
+            }
+            found
+        })
+    }
+
+    /// The thread group of thread `tid`, and whether it still has an address space;
+    /// `None` when it is gone.
+    fn status(&self, tid: u32) -> Option<(u32, bool)> {
+        let status = fs::read(self.proc.join(tid.to_string()).join("status")).ok()?;
+        let mut tgid = None;
+        let mut has_mm = false;
+        for line in status.split(|&b| b == b'\n') {
+            if let Some(v) = line.strip_prefix(b"Tgid:") {
+                tgid = parse_u32(v);
+            } else if line.starts_with(b"VmSize:") {
+                has_mm = true;
+            }
+        }
+        Some((tgid?, has_mm))
+    }
+
+    /// The thread group (process) of thread `tid`; itself when it is gone.
+    pub fn tgid(&self, tid: u32) -> u32 {
+        self.status(tid).map_or(tid, |(tgid, _)| tgid)
+    }
+
+    /// Thread `tid` as it is now, or `None` when it is gone.
+    pub fn task(&self, tid: u32) -> Option<Task> {
+        let (tgid, has_mm) = self.status(tid)?;
+        let exit = if has_mm {
+            None
+        } else {
+            // Exiting (see the module doc for why reading stat cannot block here).
+            let stat = fs::read(self.proc.join(tid.to_string()).join("stat")).ok();
+            Some(Exit::from_code(
+                stat.and_then(|s| exit_code(&s)).unwrap_or(0),
+            ))
+        };
+        Some(Task { tid, tgid, exit })
+    }
+
+    /// The processes among `candidates` (thread group ids) and their descendants that
+    /// hold a writable descriptor on inode `ino` of this mount, without `skip` (a task
+    /// whose file table is going away: an exiting closer).
+    pub fn holders(&self, ino: u64, candidates: &[u32], skip: Option<u32>) -> Vec<u32> {
+        let Some(mount) = self.mount_id() else {
+            return Vec::new();
+        };
+        let mut seen: Vec<u32> = Vec::new();
+        let mut queue: Vec<u32> = candidates.to_vec();
+        let mut found = Vec::new();
+        while let Some(pid) = queue.pop() {
+            if seen.contains(&pid) || seen.len() >= MAX_PROCESSES {
+                continue;
+            }
+            seen.push(pid);
+            let dir = self.proc.join(pid.to_string());
+            if Some(pid) != skip && self.holds(&dir, mount, ino) {
+                found.push(pid);
+            }
+            queue.extend(children(&dir));
+        }
+        if seen.len() >= MAX_PROCESSES {
+            log::warn!(
+                "inode {ino}: looked at {MAX_PROCESSES} processes for holders and stopped; \
+                 a holder past them is not seen"
+            );
+        }
+        found
+    }
+
+    /// Whether process `dir` has a writable descriptor on `ino` of mount `mount`.
+    fn holds(&self, dir: &Path, mount: u64, ino: u64) -> bool {
+        let Ok(fds) = fs::read_dir(dir.join("fd")) else {
+            return false;
+        };
+        let info = dir.join("fdinfo");
+        fds.flatten().any(|fd| {
+            fs::read(info.join(fd.file_name()))
+                .ok()
+                .and_then(|text| FdInfo::parse(&text))
+                .is_some_and(|f| f.mount == mount && f.ino == ino && f.writable())
+        })
+    }
+}
+
+/// What `/proc/<pid>/fdinfo/<n>` says of a descriptor.
+#[derive(Debug, PartialEq, Eq)]
+struct FdInfo {
+    flags: u32,
+    mount: u64,
+    ino: u64,
+}
+
+impl FdInfo {
+    fn parse(text: &[u8]) -> Option<Self> {
+        let (mut flags, mut mount, mut ino) = (None, None, None);
+        for line in text.split(|&b| b == b'\n') {
+            let field = |p: &[u8]| line.strip_prefix(p).map(trim);
+            if let Some(v) = field(b"flags:") {
+                flags = u32::from_str_radix(std::str::from_utf8(v).ok()?, 8).ok();
+            } else if let Some(v) = field(b"mnt_id:") {
+                mount = std::str::from_utf8(v).ok()?.parse().ok();
+            } else if let Some(v) = field(b"ino:") {
+                ino = std::str::from_utf8(v).ok()?.parse().ok();
+            }
+        }
+        Some(FdInfo {
+            flags: flags?,
+            mount: mount?,
+            ino: ino?,
+        })
+    }
+
+    fn writable(&self) -> bool {
+        self.flags & libc::O_ACCMODE as u32 != libc::O_RDONLY as u32
+    }
+}
+
+/// The children of every thread of process `dir`.
+fn children(dir: &Path) -> Vec<u32> {
+    let Ok(tasks) = fs::read_dir(dir.join("task")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for t in tasks.flatten() {
+        if let Ok(text) = fs::read(t.path().join("children")) {
+            out.extend(
+                text.split(|b| b.is_ascii_whitespace())
+                    .filter_map(parse_u32),
+            );
+        }
+    }
+    out
+}
+
+/// The exit code of a `/proc/<tid>/stat` line: its 52nd field, counted after the command
+/// name (which may hold spaces and parentheses, so the count starts at the last `)`).
+fn exit_code(stat: &[u8]) -> Option<i32> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let mut fields = stat[close + 1..]
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|f| !f.is_empty());
+    // Fields from the state (3rd) on: the exit code is the 52nd.
+    let code = fields.nth(52 - 3)?;
+    std::str::from_utf8(code).ok()?.parse().ok()
+}
+
+/// The mount id of the mount at `mountpoint` in a `mountinfo` text: the last mount
+/// there, as that is the one a path resolves to.
+fn mount_id_of(info: &[u8], mountpoint: &Path) -> Option<u64> {
+    let want = mountpoint.as_os_str().as_bytes();
+    info.split(|&b| b == b'\n').rev().find_map(|line| {
+        let mut f = line.split(|&b| b == b' ');
+        let id = f.next()?;
+        let point = f.nth(3)?;
+        (unescape(point) == want)
+            .then(|| std::str::from_utf8(id).ok()?.parse().ok())
+            .flatten()
+    })
+}
+
+/// `mountinfo` escapes space, tab, newline and backslash as three octal digits.
+fn unescape(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        if field[i] == b'\\'
+            && let Some(oct) = field.get(i + 1..i + 4)
+            && let Ok(v) = u8::from_str_radix(&String::from_utf8_lossy(oct), 8)
+        {
+            out.push(v);
+            i += 4;
+            continue;
+        }
+        out.push(field[i]);
+        i += 1;
+    }
+    out
+}
+
+fn trim(v: &[u8]) -> &[u8] {
+    let start = v
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(v.len());
+    let end = v
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    &v[start..end]
+}
+
+fn parse_u32(v: &[u8]) -> Option<u32> {
+    std::str::from_utf8(trim(v)).ok()?.parse().ok()
+}
+
+/// For tests: writes a stand-in `/proc` entry for a process.
+#[cfg(test)]
+pub(crate) mod fake {
+    use super::*;
+    use std::io;
+
+    /// A process `pid` (one thread), with an address space unless `exit_code` is given,
+    /// descriptors `(fd, flags, mount, ino)` and children.
+    pub fn process(
+        proc: &Path,
+        pid: u32,
+        exit_code: Option<i32>,
+        fds: &[(u32, u32, u64, u64)],
+        kids: &[u32],
+    ) -> io::Result<()> {
+        let dir = proc.join(pid.to_string());
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("fd"))?;
+        fs::create_dir_all(dir.join("fdinfo"))?;
+        fs::create_dir_all(dir.join("task").join(pid.to_string()))?;
+        let mut status = format!("Name:\tx\nTgid:\t{pid}\nPid:\t{pid}\n");
+        if exit_code.is_none() {
+            status.push_str("VmSize:\t  1000 kB\n");
+        }
+        fs::write(dir.join("status"), status)?;
+        let mut stat = format!("{pid} (a (b) c) S");
+        for i in 4..=52 {
+            stat.push_str(&format!(
+                " {}",
+                if i == 52 { exit_code.unwrap_or(0) } else { i }
+            ));
+        }
+        fs::write(dir.join("stat"), stat + "\n")?;
+        for &(fd, flags, mount, ino) in fds {
+            fs::write(dir.join("fd").join(fd.to_string()), "")?;
+            fs::write(
+                dir.join("fdinfo").join(fd.to_string()),
+                format!("pos:\t0\nflags:\t0{flags:o}\nmnt_id:\t{mount}\nino:\t{ino}\n"),
+            )?;
+        }
+        let kids: Vec<String> = kids.iter().map(u32::to_string).collect();
+        fs::write(
+            dir.join("task").join(pid.to_string()).join("children"),
+            kids.join(" ") + " ",
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNT: u64 = 77;
+    const W: u32 = libc::O_WRONLY as u32;
+
+    fn proc() -> (tempdir::Dir, Witness) {
+        let dir = tempdir::Dir::new();
+        let w = Witness::with_proc(dir.path(), MOUNT);
+        (dir, w)
+    }
+
+    mod tempdir {
+        /// A directory removed when dropped.
+        pub struct Dir(std::path::PathBuf);
+        impl Dir {
+            pub fn new() -> Self {
+                use std::sync::atomic::{AtomicU32, Ordering};
+                static N: AtomicU32 = AtomicU32::new(0);
+                let p = std::env::temp_dir().join(format!(
+                    "litanyfs-witness-{}-{}",
+                    std::process::id(),
+                    N.fetch_add(1, Ordering::Relaxed)
+                ));
+                std::fs::create_dir_all(&p).unwrap();
+                Dir(p)
+            }
+            pub fn path(&self) -> &std::path::Path {
+                &self.0
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn exit_codes_say_signal_or_status() {
+        assert_eq!(Exit::from_code(9), Exit::Signal(9));
+        assert_eq!(Exit::from_code(0x80 | 11), Exit::Signal(11), "core dumped");
+        assert_eq!(Exit::from_code(3 << 8), Exit::Status(3));
+        assert_eq!(Exit::from_code(0), Exit::Status(0));
+    }
+
+    #[test]
+    fn a_task_is_running_or_exiting_with_its_code() {
+        let (dir, w) = proc();
+        fake::process(dir.path(), 10, None, &[], &[]).unwrap();
+        fake::process(dir.path(), 11, Some(15), &[], &[]).unwrap();
+        fake::process(dir.path(), 12, Some(1 << 8), &[], &[]).unwrap();
+        assert_eq!(w.task(10).unwrap().exit, None);
+        assert_eq!(w.task(10).unwrap().tgid, 10);
+        assert_eq!(w.task(11).unwrap().exit, Some(Exit::Signal(15)));
+        assert_eq!(w.task(12).unwrap().exit, Some(Exit::Status(1)));
+        assert_eq!(w.task(13), None, "a gone task");
+    }
+
+    #[test]
+    fn holders_are_writable_descriptors_on_the_inode_of_this_mount() {
+        let (dir, w) = proc();
+        let p = dir.path();
+        // 20: the closer, still holding a dup; 21: its child, holding it read-only;
+        // 22: the child's child, holding it writable; 23: the same inode on another
+        // mount; 24: unrelated to the candidates.
+        fake::process(p, 20, None, &[(3, W, MOUNT, 5), (4, W, MOUNT, 6)], &[21]).unwrap();
+        fake::process(
+            p,
+            21,
+            None,
+            &[(1, libc::O_RDONLY as u32, MOUNT, 5)],
+            &[22, 23],
+        )
+        .unwrap();
+        fake::process(p, 22, None, &[(1, libc::O_RDWR as u32, MOUNT, 5)], &[]).unwrap();
+        fake::process(p, 23, None, &[(1, W, MOUNT + 1, 5)], &[]).unwrap();
+        fake::process(p, 24, None, &[(1, W, MOUNT, 5)], &[]).unwrap();
+        let mut found = w.holders(5, &[20], None);
+        found.sort();
+        assert_eq!(found, vec![20, 22]);
+        assert_eq!(w.holders(5, &[20], Some(20)), vec![22], "skipped closer");
+        assert_eq!(w.holders(6, &[21], None), Vec::<u32>::new());
+        assert_eq!(
+            w.holders(5, &[99], None),
+            Vec::<u32>::new(),
+            "gone candidate"
+        );
+    }
+
+    #[test]
+    fn the_walk_is_bounded_and_survives_cycles() {
+        let (dir, w) = proc();
+        fake::process(dir.path(), 30, None, &[], &[31]).unwrap();
+        fake::process(dir.path(), 31, None, &[(0, W, MOUNT, 9)], &[30]).unwrap();
+        assert_eq!(w.holders(9, &[30], None), vec![31]);
+    }
+
+    #[test]
+    fn stat_lines_give_the_exit_code_whatever_the_command_name() {
+        let mut line = b"7 (we) ird) Z".to_vec();
+        for i in 4..=52 {
+            line.extend(format!(" {}", if i == 52 { 137 } else { i }).bytes());
+        }
+        assert_eq!(exit_code(&line), Some(137));
+        assert_eq!(exit_code(b"7 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn the_mount_is_found_by_its_mountpoint() {
+        let info = b"22 1 0:21 / /proc rw - proc proc rw\n\
+            90 30 0:50 / /tmp/a\\040b rw,nosuid - fuse.litanyfs /w rw\n\
+            91 90 0:51 / /tmp/a\\040b rw - fuse.litanyfs /w rw\n";
+        assert_eq!(mount_id_of(info, Path::new("/tmp/a b")), Some(91));
+        assert_eq!(mount_id_of(info, Path::new("/tmp/a")), None);
+    }
+
+    #[test]
+    fn fdinfo_parses_the_kernels_format() {
+        let f = FdInfo::parse(b"pos:\t12\nflags:\t0100001\nmnt_id:\t91\nino:\t4\n").unwrap();
+        assert_eq!((f.mount, f.ino, f.writable()), (91, 4, true));
+        let r = FdInfo::parse(b"pos:\t0\nflags:\t02100000\nmnt_id:\t91\nino:\t4\n").unwrap();
+        assert!(!r.writable());
+        assert_eq!(FdInfo::parse(b"pos:\t0\n"), None);
+    }
+}

@@ -1,0 +1,402 @@
+//! The close rule, on a real mount: a message is deposited once, at the close of the last
+//! descriptor on it (dups, forked children and exec'ed programs count), and never when a
+//! process that wrote to it was killed by a signal holding it. Each writer of the table
+//! in the README deposits exactly what is listed, byte for byte, and nothing else.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::mount::{Mounted, eventually};
+use common::workspace::Ws;
+use litanyfs::workspace::refs::Flavour;
+
+const A: &str = "20261202T094226Z-0122ccc2";
+
+fn workspace() -> Ws {
+    let w = Ws::new(Flavour::Litany);
+    w.f.agent(A, Some("Alpha"), &[]).unwrap();
+    std::fs::create_dir_all(w.f.inbox(A)).unwrap();
+    w
+}
+
+fn mount(w: &Ws) -> Mounted {
+    Mounted::with_args(w.f.root(), &["--no-wake"])
+}
+
+/// The bodies of the real inbox's deposits (frontmatter stripped), sorted by name.
+fn bodies(w: &Ws) -> Vec<Vec<u8>> {
+    let mut names: Vec<_> = std::fs::read_dir(w.f.inbox(A))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    names
+        .iter()
+        .map(|p| {
+            let b = std::fs::read(p).unwrap();
+            let text = String::from_utf8(b).unwrap();
+            let rest = text.strip_prefix("---\n").expect("frontmatter");
+            rest.split_once("---\n")
+                .expect("closing ---")
+                .1
+                .as_bytes()
+                .to_vec()
+        })
+        .collect()
+}
+
+fn listed(m: &Mounted) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(m.path(&format!("inbox/{A}")))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+fn quiet(cmd: &mut Command) -> &mut Command {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+}
+
+fn run(shell: &str, script: &str) {
+    let ok = quiet(Command::new(shell).arg("-c").arg(script))
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "{shell} -c {script}");
+}
+
+fn python(script: &str, args: &[&Path]) -> String {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn a_shell_writing_through_one_descriptor_sends_one_message_at_the_last_close() {
+    let w = workspace();
+    let m = mount(&w);
+    for (i, shell) in ["bash", "dash"].iter().enumerate() {
+        let f = m.path(&format!("inbox/{A}/lines{i}"));
+        run(
+            shell,
+            &format!(
+                "exec 3>'{}'; echo a >&3; echo b >&3; exec 3>&-",
+                f.display()
+            ),
+        );
+        assert_eq!(bodies(&w).len(), i + 1, "{shell}");
+        assert_eq!(bodies(&w)[i], b"a\nb\n", "{shell}");
+    }
+}
+
+#[test]
+fn a_writer_killed_by_a_signal_sends_nothing() {
+    let w = workspace();
+    let m = mount(&w);
+    // SIGTERM to a shell in the middle of a group; its `sleep` still holds the file
+    // when the shell dies, and closes it normally later.
+    let f = m.path(&format!("inbox/{A}/group"));
+    let mut sh = quiet(Command::new("bash").arg("-c").arg(format!(
+        "{{ echo a; sleep 1; echo b; }} > '{}'",
+        f.display()
+    )))
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling the child this test spawned.
+    unsafe { libc::kill(sh.id() as i32, libc::SIGTERM) };
+    sh.wait().unwrap();
+    // `timeout` kills a slow writer with SIGTERM; `kill -9` a Python writer.
+    let slow = m.path(&format!("inbox/{A}/slow"));
+    let _ = quiet(Command::new("sh").arg("-c").arg(format!(
+        "timeout 1 sh -c 'while :; do echo y; sleep 0.1; done' > '{}'",
+        slow.display()
+    )))
+    .status()
+    .unwrap();
+    let py = m.path(&format!("inbox/{A}/py"));
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sys, time\nf = open(sys.argv[1], 'wb', buffering=0)\n\
+             f.write(b'half of it')\nprint('ready', flush=True)\ntime.sleep(30)\n",
+        )
+        .arg(&py)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = [0u8; 6];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut ready).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Wait out the orphaned `sleep` (its close is the last one of the group's file).
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(bodies(&w).is_empty(), "{:?}", bodies(&w));
+    assert_eq!(
+        listed(&m),
+        Vec::<String>::new(),
+        "a dropped message stayed listed"
+    );
+    let log = m.log_text();
+    assert!(log.contains("killed by signal 15"), "{log}");
+    assert!(log.contains("killed by signal 9"), "{log}");
+}
+
+#[test]
+fn a_writer_that_runs_out_of_room_leaves_no_name_behind() {
+    // `yes` fills the message to --max-message-bytes at once, hears EFBIG and exits.
+    let w = workspace();
+    let m = mount(&w);
+    let f = m.path(&format!("inbox/{A}/yes"));
+    let _ = quiet(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("timeout 1 yes > '{}'", f.display())),
+    )
+    .status()
+    .unwrap();
+    assert!(bodies(&w).is_empty());
+    assert_eq!(listed(&m), Vec::<String>::new());
+}
+
+/// `cat > f` in a terminal: a line typed, then `keys` (C-c or C-d).
+fn cat_in_tmux(path: &Path, keys: &str) {
+    let session = format!("litanyfs-cat-{}-{keys}", std::process::id());
+    let tmux = |args: &[&str]| Command::new("tmux").args(args).output().unwrap();
+    let cmd = format!("cat > '{}'", path.display());
+    assert!(
+        tmux(&[
+            "new-session",
+            "-d",
+            "-s",
+            &session,
+            "-x",
+            "80",
+            "-y",
+            "24",
+            &cmd
+        ])
+        .status
+        .success()
+    );
+    let size = || std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let typed = eventually(Duration::from_secs(10), || {
+        if size() == 0 {
+            tmux(&["send-keys", "-t", &session, "-l", "typed line"]);
+            tmux(&["send-keys", "-t", &session, "Enter"]);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        size() > 0
+    });
+    let _ = tmux(&["send-keys", "-t", &session, keys]);
+    let gone = eventually(Duration::from_secs(10), || {
+        !tmux(&["has-session", "-t", &session]).status.success()
+    });
+    if !gone {
+        tmux(&["kill-session", "-t", &session]);
+    }
+    assert!(typed && gone, "typed {typed}, exited {gone}");
+}
+
+#[test]
+fn ctrl_c_on_cat_sends_nothing_and_ctrl_d_sends_the_message() {
+    let w = workspace();
+    let m = mount(&w);
+    cat_in_tmux(&m.path(&format!("inbox/{A}/interrupted")), "C-c");
+    assert!(bodies(&w).is_empty(), "{:?}", bodies(&w));
+    assert_eq!(listed(&m), Vec::<String>::new());
+    cat_in_tmux(&m.path(&format!("inbox/{A}/ended")), "C-d");
+    let b = bodies(&w);
+    assert_eq!(b.len(), 1);
+    // Typed once, possibly again if the first keys came before cat was reading.
+    let text = String::from_utf8(b[0].clone()).unwrap();
+    assert!(
+        !text.is_empty() && text.lines().all(|l| l == "typed line"),
+        "{text:?}"
+    );
+}
+
+#[test]
+fn forked_children_and_exec_ed_programs_hold_the_message_until_the_last_close() {
+    let w = workspace();
+    let m = mount(&w);
+    let real = w.f.inbox(A);
+    // The child writes and exits; the parent writes and closes.
+    python(
+        "import os, sys\nf = open(sys.argv[1], 'wb', buffering=0)\nf.write(b'parent 1;')\n\
+         pid = os.fork()\nif pid == 0:\n    f.write(b'child;')\n    os._exit(0)\n\
+         os.waitpid(pid, 0)\nf.write(b'parent 2')\nf.close()\n",
+        &[&m.path(&format!("inbox/{A}/fork1"))],
+    );
+    assert_eq!(bodies(&w), [b"parent 1;child;parent 2".to_vec()]);
+    // The parent closes first; the child writes after and closes last.
+    let out = python(
+        "import os, sys\nf = open(sys.argv[1], 'wb', buffering=0)\nf.write(b'parent;')\n\
+         r, w = os.pipe()\npid = os.fork()\nif pid == 0:\n    os.read(r, 1)\n\
+         \x20   f.write(b'child')\n    f.close()\n    os._exit(0)\nf.close()\n\
+         print(len(os.listdir(sys.argv[2])))\nos.write(w, b'x')\nos.waitpid(pid, 0)\n\
+         print(len(os.listdir(sys.argv[2])))\n",
+        &[&m.path(&format!("inbox/{A}/fork2")), &real],
+    );
+    assert_eq!(out, "1\n2\n", "sent at the parent's close, not the child's");
+    assert_eq!(bodies(&w)[1], b"parent;child");
+    // A child exec's `sleep` with the descriptor as its stdout; the writer closes.
+    let out = python(
+        "import os, subprocess, sys\nf = open(sys.argv[1], 'wb', buffering=0)\n\
+         f.write(b'after sleep\\n')\ns = subprocess.Popen(['sleep', '2'], stdout=f)\n\
+         f.close()\nprint(len(os.listdir(sys.argv[2])))\ns.wait()\n\
+         print(len(os.listdir(sys.argv[2])))\n",
+        &[&m.path(&format!("inbox/{A}/exec")), &real],
+    );
+    assert_eq!(out, "2\n3\n", "sent before sleep exited, or never");
+    assert_eq!(bodies(&w)[2], b"after sleep\n");
+    // Both streams of one command into one message.
+    run(
+        "sh",
+        &format!(
+            "{{ echo out; echo err >&2; }} > '{}' 2>&1",
+            m.path(&format!("inbox/{A}/both")).display()
+        ),
+    );
+    assert_eq!(bodies(&w).len(), 4);
+    assert!(bodies(&w).contains(&b"out\nerr\n".to_vec()));
+}
+
+/// The milliseconds since `t0`, never 0 (0 means idle below).
+fn ms_since(t0: Instant) -> u64 {
+    t0.elapsed().as_millis() as u64 + 1
+}
+
+#[test]
+fn closes_never_wait_on_forks_execs_and_proc_readers() {
+    // The hang an earlier design met: a close-on-exec in a forked child is a close the
+    // daemon must answer while the child holds its exec lock, and `/proc` readers wait
+    // on that lock. Writers, forkers and `/proc` readers in one process, under a
+    // watchdog: a call that takes more than a second kills the daemon (so every stuck
+    // call returns) and fails the test.
+    const WRITERS: usize = 4;
+    const MESSAGES: usize = 1000;
+    let w = workspace();
+    let m = mount(&w);
+    let t0 = Instant::now();
+    let busy: Arc<Vec<AtomicU64>> = Arc::new((0..WRITERS).map(|_| AtomicU64::new(0)).collect());
+    let done = Arc::new(AtomicBool::new(false));
+    let stuck = Arc::new(AtomicBool::new(false));
+    let daemon = m.daemon_pid().unwrap();
+    let watchdog = {
+        let (busy, done, stuck) = (busy.clone(), done.clone(), stuck.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                let now = ms_since(t0);
+                if busy.iter().any(|b| {
+                    let at = b.load(Ordering::Relaxed);
+                    at != 0 && now.saturating_sub(at) > 1000
+                }) {
+                    stuck.store(true, Ordering::Relaxed);
+                    // SAFETY: the daemon this test started; its death fails every
+                    // call still waiting on it, so the test ends.
+                    unsafe { libc::kill(daemon, libc::SIGKILL) };
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    let forkers: Vec<_> = (0..2)
+        .map(|_| {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    let _ = quiet(&mut Command::new("true")).status();
+                }
+            })
+        })
+        .collect();
+    let reader = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                for e in std::fs::read_dir("/proc/self/task")
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                {
+                    let _ = std::fs::read(e.path().join("stat"));
+                    let _ = std::fs::read(e.path().join("children"));
+                }
+                for e in std::fs::read_dir("/proc/self/fd")
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                {
+                    let _ = std::fs::read_link(e.path());
+                }
+            }
+        })
+    };
+    let dir = m.path(&format!("inbox/{A}"));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|t| {
+            let (busy, dir) = (busy.clone(), dir.clone());
+            std::thread::spawn(move || -> Result<(), String> {
+                for i in (t..MESSAGES).step_by(WRITERS) {
+                    busy[t].store(ms_since(t0), Ordering::Relaxed);
+                    let r = (|| {
+                        let mut f = std::fs::File::create(dir.join(format!("m{i}")))?;
+                        f.write_all(format!("message {i}, ").as_bytes())?;
+                        f.write_all(b"whole\n")?;
+                        f.sync_all().ok();
+                        drop(f);
+                        Ok::<(), std::io::Error>(())
+                    })();
+                    busy[t].store(0, Ordering::Relaxed);
+                    r.map_err(|e| format!("message {i}: {e}"))?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    let results: Vec<_> = writers.into_iter().map(|h| h.join().unwrap()).collect();
+    done.store(true, Ordering::Relaxed);
+    watchdog.join().unwrap();
+    for h in forkers {
+        h.join().unwrap();
+    }
+    reader.join().unwrap();
+    assert!(
+        !stuck.load(Ordering::Relaxed),
+        "a call waited over a second"
+    );
+    for r in results {
+        r.unwrap();
+    }
+    // A message whose last holder was a forked child goes at that child's close: soon.
+    let all_in = eventually(Duration::from_secs(10), || bodies(&w).len() >= MESSAGES);
+    let mut got = bodies(&w);
+    got.sort();
+    let mut want: Vec<Vec<u8>> = (0..MESSAGES)
+        .map(|i| format!("message {i}, whole\n").into_bytes())
+        .collect();
+    want.sort();
+    assert!(all_in, "{} of {MESSAGES} deposited", got.len());
+    assert_eq!(got, want);
+}
