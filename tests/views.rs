@@ -492,3 +492,57 @@ fn a_live_run_shows_in_status_and_in_tail_f() {
     drop(tail);
     drop(m);
 }
+
+#[test]
+fn a_confined_mount_shows_its_agent_and_what_git_shows_of_the_others() {
+    if litany_or_skip().is_none() {
+        return;
+    }
+    let Some(r) = harness::real_workspace() else {
+        return;
+    };
+    let m = Mounted::with_args(&r.ws, &["--agent", &r.root_a]);
+    let events = settled_events(&m);
+    let mine = |e: &Value| e["agent"] == r.root_a.as_str() || e["from"] == r.root_a.as_str();
+    for e in &events {
+        let kind = e["kind"].as_str().unwrap();
+        let public = matches!(
+            kind,
+            "agent-created" | "agent-deleted" | "mark-set" | "mark-cleared"
+        );
+        assert!(public || mine(e), "not {}'s to see: {e}", r.root_a);
+    }
+    assert!(has(
+        &events,
+        "step-started",
+        &r.root_a,
+        &format!("steps/{}/001", r.root_a)
+    ));
+    assert!(has(
+        &events,
+        "agent-created",
+        &r.root_b,
+        &format!("agents/{}", r.root_b)
+    ));
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["kind"] == "step-started" && e["agent"] == r.root_b.as_str())
+    );
+    // Alpha's result to Beta was Alpha's own deposit.
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "message-deposited" && e["agent"] == r.root_b.as_str()),
+        "{events:?}"
+    );
+    let rows = status_json(&m);
+    assert_eq!(row(&rows, &r.root_a)["state"], "pending");
+    assert_eq!(row(&rows, &r.root_a)["pending"], 2);
+    let beta = row(&rows, &r.root_b);
+    assert_eq!(
+        (beta["state"].as_str(), &beta["step"]),
+        (Some("-"), &Value::Null)
+    );
+    assert_eq!(beta["name"], "Beta");
+}

@@ -471,6 +471,32 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_of_ten_thousand_deposits_is_ten_thousand_events_once() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent("r1", None, &[]).unwrap();
+        let mut s = Scanner::new(f.root()).unwrap();
+        let mut never = |_: &str, _: &str, _: u64| false;
+        let m0 = s.scan();
+        for i in 1..=10_000 {
+            f.inbox_file("r1", &format!("user-{i:03}.md"), b"---\nfrom: user\n---\nx")
+                .unwrap();
+        }
+        let m1 = s.scan();
+        let e = diff(&m0, &m1, &mut s, &mut never);
+        assert_eq!(e.len(), 10_000);
+        let files: BTreeSet<&str> = e.iter().filter_map(|e| e.path.as_deref()).collect();
+        assert_eq!(files.len(), 10_000, "each once");
+        let log = crate::views::EventLog::new();
+        log.append(&e);
+        let text = log
+            .read(crate::views::Rendering::Text, 0, u32::MAX)
+            .unwrap();
+        assert_eq!(text.iter().filter(|b| **b == b'\n').count(), 10_000);
+        assert!(diff(&m1, &s.scan(), &mut s, &mut never).is_empty());
+    }
+
+    #[test]
     fn bad_records_are_events() {
         let t = tempfile::tempdir().unwrap();
         let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
