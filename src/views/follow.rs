@@ -169,9 +169,12 @@ pub fn deliveries(
         walked += 1;
         Some(c) == stop || walked > limit
     });
-    let Ok((log, _)) = log else {
+    let Ok((log, ended)) = log else {
         return Vec::new();
     };
+    // A walk that never met `stop` went through rewritten history (a compaction landing
+    // replays the branch): an entry the old tip already had was delivered before.
+    let rewritten = stop.filter(|s| ended != Some(*s));
     let suffix = format!(" [{id}]");
     let mut out = Vec::new();
     for c in log.iter().rev() {
@@ -184,7 +187,16 @@ pub fn deliveries(
             continue;
         };
         let entry = format!("{number}-{origin}{MESSAGE_EXT}");
-        if let Ok(Some(_)) = scanner.refs().entry_at(c.id, &["messages", &entry]) {
+        let had = |tip: Oid| {
+            matches!(
+                scanner.refs().entry_at(tip, &["messages", &entry]),
+                Ok(Some(_))
+            )
+        };
+        if rewritten.is_some_and(had) {
+            continue;
+        }
+        if had(c.id) {
             out.push(Event::message_delivered(
                 time(c.author_time),
                 id,
@@ -494,6 +506,45 @@ mod tests {
             .unwrap();
         assert_eq!(text.iter().filter(|b| **b == b'\n').count(), 10_000);
         assert!(diff(&m1, &s.scan(), &mut s, &mut never).is_empty());
+    }
+
+    #[test]
+    fn rewritten_history_delivers_only_what_is_new() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent("r1", None, &[]).unwrap();
+        let tree = f.tree(&[("messages/002-user.md", b"a")]).unwrap();
+        f.commit("refs/heads/agents/r1", tree, "transcript 002: user [r1]")
+            .unwrap();
+        let mut s = Scanner::new(f.root()).unwrap();
+        let mut never = |_: &str, _: &str, _: u64| false;
+        let m0 = s.scan();
+        // A compaction replays the branch: a new line of commits, the old entry kept.
+        let repo = f.repo();
+        let sig = git2::Signature::now("l", "l@l").unwrap();
+        let t1 = repo.find_tree(tree).unwrap();
+        let base = repo
+            .commit(None, &sig, &sig, "transcript 002: user [r1]", &t1, &[])
+            .unwrap();
+        let base = repo.find_commit(base).unwrap();
+        let t2 = f
+            .tree(&[
+                ("messages/002-user.md", b"a"),
+                ("messages/003-user.md", b"b"),
+            ])
+            .unwrap();
+        let t2 = repo.find_tree(t2).unwrap();
+        let tip = repo
+            .commit(None, &sig, &sig, "transcript 003: user [r1]", &t2, &[&base])
+            .unwrap();
+        repo.reference("refs/heads/agents/r1", tip, true, "replay")
+            .unwrap();
+        let m1 = s.scan();
+        let k = kinds(&diff(&m0, &m1, &mut s, &mut never));
+        assert_eq!(
+            k,
+            vec![("message-delivered", "agents/r1/messages/003-user.md".into())]
+        );
     }
 
     #[test]

@@ -39,15 +39,6 @@ pub enum Rendering {
     Ndjson,
 }
 
-impl Rendering {
-    fn render(self, e: &Event) -> String {
-        match self {
-            Rendering::Text => e.line(),
-            Rendering::Ndjson => e.ndjson(),
-        }
-    }
-}
-
 struct Files {
     text: File,
     ndjson: File,
@@ -189,11 +180,6 @@ impl EventLog {
         let mut buf = vec![0u8; want];
         file.read_exact_at(&mut buf, offset)?;
         Ok(buf)
-    }
-
-    /// Renders `e` as `r` (for callers that render without storing).
-    pub fn rendered(r: Rendering, e: &Event) -> String {
-        r.render(e)
     }
 }
 
