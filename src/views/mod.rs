@@ -26,7 +26,7 @@ pub mod status;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -108,6 +108,10 @@ pub struct Views {
     status_scanner: Mutex<Option<Scanner>>,
     /// The last names seen, for events the hooks make.
     names: Mutex<crate::FastMap<String, String>>,
+    /// Whether a watch reports every change to the refs ([`Views::refs_watched`]), and
+    /// whether one was reported since the follower last read them.
+    refs_watched: AtomicBool,
+    refs_moved: AtomicBool,
     /// The length of the last `status` and `status.json` made: what a `stat` says
     /// before an open makes a new one (reads are direct, so a reader always gets all).
     status_lens: [AtomicU64; 2],
@@ -127,6 +131,8 @@ impl Views {
             status_scanner: Mutex::new(None),
             names: Mutex::new(Default::default()),
             status_lens: Default::default(),
+            refs_watched: AtomicBool::new(false),
+            refs_moved: AtomicBool::new(true),
         })
     }
 
@@ -143,6 +149,18 @@ impl Views {
         if let Err(e) = started {
             ::log::error!("events: no follower thread ({e}); `events` stays empty");
         }
+    }
+
+    /// From now on every change to the refs is told ([`Views::refs_moved`]), so the
+    /// follower need not read them at every look.
+    pub fn refs_watched(&self) {
+        self.refs_watched.store(true, Ordering::Relaxed);
+    }
+
+    /// The refs changed (or a watch overflowed): the next look reads them again.
+    pub fn refs_moved(&self) {
+        self.refs_moved.store(true, Ordering::Relaxed);
+        self.poke();
     }
 
     /// Something changed: look again now rather than at the next tick.
@@ -325,7 +343,9 @@ impl Views {
 
     /// One look: the workspace now, and its differences from `model` logged.
     fn look(&self, scanner: &mut Scanner, model: &Model) -> Model {
-        let mut next = scanner.scan();
+        let moved = self.refs_moved.swap(false, Ordering::Relaxed)
+            || !self.refs_watched.load(Ordering::Relaxed);
+        let mut next = scanner.scan_with(moved);
         self.hold_busy_inboxes(model, &mut next);
         hold_unborn_agents(scanner, model, &mut next);
         let events = {

@@ -16,8 +16,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use git2::{ObjectType, Oid};
 use serde_json::Value;
@@ -274,7 +274,6 @@ pub fn held_flocks() -> BTreeSet<(u32, u32, u64)> {
 /// Gathers [`Model`]s and remembers what it parsed (module docs).
 pub struct Scanner {
     backing: Backing,
-    root: PathBuf,
     refs: Refs,
     /// `steps/<id>` listings: its stat → step number → name.
     steps: FastMap<String, (StatKey, BTreeMap<u64, String>)>,
@@ -290,14 +289,20 @@ pub struct Scanner {
     settled: FastMap<String, (Vec<StatKey>, bool, Step)>,
     /// Scans since the last one that read every latest step afresh.
     since_full: u32,
+    /// The refs as last read, and when.
+    last_refs: Option<(std::time::Instant, Arc<crate::workspace::refs::Snapshot>)>,
     /// Whether steps and tools read are remembered (not for a one-pass reader, such as
     /// history, which reads each record once and would only grow the caches).
     caching: bool,
 }
 
+/// The longest a reading of the refs is used by [`Scanner::scan_with`] when no watch
+/// reported a change (a safety net should a watch miss one).
+pub const REFS_TRUST: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Every this many scans, every agent's latest step is read again even when it looks
 /// settled (a safety net for writers that take no lock).
-const FULL_SCAN_EVERY: u32 = 20;
+const FULL_SCAN_EVERY: u32 = 120;
 
 impl Scanner {
     pub fn new(root: &Path) -> std::io::Result<Self> {
@@ -305,7 +310,6 @@ impl Scanner {
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         Ok(Self {
             backing: Backing::open(root)?,
-            root: root.to_path_buf(),
             refs,
             steps: FastMap::default(),
             step_cache: FastMap::default(),
@@ -315,6 +319,7 @@ impl Scanner {
             blobs: FastMap::default(),
             settled: FastMap::default(),
             since_full: 0,
+            last_refs: None,
             caching: true,
         })
     }
@@ -332,17 +337,43 @@ impl Scanner {
 
     /// The workspace now.
     pub fn scan(&mut self) -> Model {
+        self.scan_with(true)
+    }
+
+    /// The workspace now; the refs are read again only when `refs_moved` (a watch on them
+    /// reported a change) or the last reading is older than [`REFS_TRUST`]. A failed
+    /// reading keeps the last one, so a git hiccup never reads as every agent deleted.
+    pub fn scan_with(&mut self, refs_moved: bool) -> Model {
         let at = now_secs();
-        let snap = match self.refs.snapshot() {
-            Ok(s) => s,
-            Err(e) => {
+        if refs_moved {
+            // Told of a change: what the refs' own cache holds may predate it.
+            self.refs.invalidate();
+        }
+        let fresh = match &self.last_refs {
+            Some((when, snap)) if !refs_moved && when.elapsed() < REFS_TRUST => Ok(snap.clone()),
+            _ => self.refs.snapshot(),
+        };
+        let snap = match (fresh, &self.last_refs) {
+            (Ok(s), _) => s,
+            (Err(e), Some((_, last))) => {
                 log::warn!("events: reading the refs failed ({e}); keeping what was known");
+                last.clone()
+            }
+            (Err(e), None) => {
+                log::warn!("events: reading the refs failed ({e})");
                 return Model {
                     at,
                     ..Model::default()
                 };
             }
         };
+        if !self
+            .last_refs
+            .as_ref()
+            .is_some_and(|(_, last)| Arc::ptr_eq(last, &snap))
+        {
+            self.last_refs = Some((std::time::Instant::now(), snap.clone()));
+        }
         let names: FastMap<&str, &str> = snap
             .names
             .iter()
@@ -370,8 +401,19 @@ impl Scanner {
         self.settled.retain(|id, _| live.contains(id));
         self.steps.retain(|id, _| live.contains(id));
         self.inboxes.retain(|id, _| live.contains(id));
+        // One listing of `steps/` and one of `inbox/` stat every agent's directories.
+        let tops = [STEPS_DIR, INBOX_DIR].map(|top| -> FastMap<OsString, Stat> {
+            self.backing
+                .list(Path::new(top))
+                .unwrap_or_default()
+                .into_iter()
+                .collect()
+        });
         for (id, tip) in &snap.agents {
-            let agent = self.agent(id, *tip, names.get(id.as_str()).copied(), &locks);
+            let stats = tops
+                .each_ref()
+                .map(|t| t.get(std::ffi::OsStr::new(id)).copied());
+            let agent = self.agent(id, *tip, names.get(id.as_str()).copied(), &locks, stats);
             model.agents.insert(id.clone(), agent);
         }
         let keep: BTreeSet<PathBuf> = model
@@ -403,17 +445,15 @@ impl Scanner {
         tip: Oid,
         name: Option<&str>,
         locks: &BTreeSet<(u32, u32, u64)>,
+        [steps_st, inbox]: [Option<Stat>; 2],
     ) -> Agent {
-        let inbox = self.root.join(INBOX_DIR).join(id);
-        // By path: a stat holds no descriptor on the directory.
-        let running = std::fs::metadata(&inbox).is_ok_and(|m| {
-            let dev = m.dev();
-            locks.contains(&(libc::major(dev), libc::minor(dev), m.ino()))
-        });
-        let steps = self.step_list(id);
+        // `inbox/<id>` is stated from `inbox/`: no descriptor on the directory itself.
+        let inbox = inbox.filter(Stat::is_dir);
+        let running = inbox
+            .is_some_and(|st| locks.contains(&(libc::major(st.dev), libc::minor(st.dev), st.ino)));
+        let steps = self.step_list_at(id, steps_st.filter(Stat::is_dir));
         let latest = steps.iter().next_back().map(|(n, dir)| {
-            let rel = Path::new(STEPS_DIR).join(id).join(dir);
-            let keys = self.settle_keys(id, &rel);
+            let keys = self.settle_keys(id);
             match self.settled.get(id) {
                 Some((k, was_running, s))
                     if *k == keys && !*was_running && !running && s.number == *n =>
@@ -433,7 +473,7 @@ impl Scanner {
                 }
             }
         });
-        let pending = self.pending(id);
+        let pending = self.pending(id, inbox);
         let title = self.title(tip);
         let tip_time = self
             .refs
@@ -496,22 +536,19 @@ impl Scanner {
     }
 
     /// What must stand for an agent's latest step to be taken as last read without
-    /// listing it: `steps/<id>`, the step directory and its `tools/` unchanged; and (the
-    /// caller checks) no executor then or now, and every tool finished. Records change
-    /// only under an executor, which holds the lock; a step it finishes writes into the
-    /// step directory, a tool it starts into `tools/`.
-    fn settle_keys(&self, id: &str, step: &Path) -> Vec<StatKey> {
-        let dir = Path::new(STEPS_DIR).join(id);
-        [dir, step.to_path_buf(), step.join(TOOLS_DIR)]
-            .iter()
-            .map(|p| self.backing.lstat(p).map(|st| key(&st)).unwrap_or_default())
-            .collect()
+    /// listing it: `steps/<id>` unchanged (no step came or went); and (the caller checks)
+    /// no executor then or now, and every tool finished. Records change only under an
+    /// executor, which holds the lock, so an idle agent costs two `stat`s a scan (its
+    /// steps and its inbox); a writer that takes no lock is seen at the next full scan.
+    fn settle_keys(&self, id: &str) -> Vec<StatKey> {
+        // `steps/<id>` was just stated by the listing of the steps.
+        vec![self.steps.get(id).map(|(k, _)| *k).unwrap_or_default()]
     }
 
-    /// The numbered step directories of agent `id`.
-    pub fn step_list(&mut self, id: &str) -> BTreeMap<u64, String> {
+    /// The numbered step directories of agent `id`, whose `steps/<id>` has stat `st`.
+    fn step_list_at(&mut self, id: &str, st: Option<Stat>) -> BTreeMap<u64, String> {
         let rel = Path::new(STEPS_DIR).join(id);
-        let Ok(st) = self.backing.lstat(&rel) else {
+        let Some(st) = st else {
             self.steps.remove(id);
             return BTreeMap::new();
         };
@@ -535,9 +572,10 @@ impl Scanner {
         list
     }
 
-    fn pending(&mut self, id: &str) -> Inbox {
+    /// The pending deposits of agent `id`, whose inbox directory's stat is `st`.
+    fn pending(&mut self, id: &str, st: Option<Stat>) -> Inbox {
         let rel = Path::new(INBOX_DIR).join(id);
-        let Ok(st) = self.backing.lstat(&rel) else {
+        let Some(st) = st else {
             self.inboxes.remove(id);
             return BTreeMap::new();
         };
@@ -977,21 +1015,24 @@ mod tests {
         // ...and seen by the full scan.
         let seen = (0..FULL_SCAN_EVERY).any(|_| exit(&s.scan()) == 3);
         assert!(seen);
-        // A new tool directory is seen at once.
+        // A new tool directory is seen at once by the holder of the executor lock...
         f.step(
             "r1",
             1,
             &[("tools/u/input.json", br#"{"name":"bash","input":{}}"#)],
         )
         .unwrap();
-        assert!(
-            s.scan().agents["r1"]
-                .latest
-                .as_ref()
-                .unwrap()
-                .tools
-                .contains_key("u")
-        );
+        std::fs::create_dir_all(f.inbox("r1")).unwrap();
+        let dir = std::fs::File::open(f.inbox("r1")).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid descriptor.
+        assert_eq!(unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX) }, 0);
+        let latest = |m: Model| m.agents["r1"].latest.clone().unwrap();
+        assert!(latest(s.scan()).tools.contains_key("u"));
+        drop(dir);
+        // ...and a new step by anyone.
+        f.step("r1", 2, &[("request.json", b"{}")]).unwrap();
+        assert_eq!(latest(s.scan()).number, 2);
     }
 
     #[test]
