@@ -24,16 +24,22 @@
 //!   group shares that table, and none is in an exec (an exec first kills every other
 //!   thread and waits for them to finish exiting, before it takes the lock).
 //!
+//! `lstat` of a `/proc/<pid>/fd/<n>` link (its own mode, never its target) is safe too.
+//!
 //! A descriptor is recognised by the mount id and inode number its fdinfo shows, so
 //! holders on another filesystem never count; any writable descriptor on the draft's
 //! inode counts, whether or not it is the very same open file. What `/proc` cannot show
 //! (a descriptor in flight over a socket, a mapping) is not seen: the last close seen
 //! then decides, and the release is the backstop.
 
+use std::ffi::{CStr, CString, OsStr};
 use std::fs;
+use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+use crate::workspace::backing::for_each_name;
 
 /// How many processes one close may look at (the candidates and their descendants):
 /// a bound on what a close costs in a machine full of processes.
@@ -43,9 +49,24 @@ pub const MAX_PROCESSES: usize = 256;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Task {
     pub tid: u32,
+    /// Set when the task is exiting.
+    pub exit: Option<Exiting>,
+}
+
+/// An exiting task: its thread group and how it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exiting {
     pub tgid: u32,
-    /// Set when the task is exiting, with how.
-    pub exit: Option<Exit>,
+    pub how: Exit,
+}
+
+/// A process found holding a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder {
+    pub pid: u32,
+    /// Every descriptor it has on the file is close-on-exec: a child between its `fork`
+    /// and its `exec` (another thread's `posix_spawn`) holds the file so for a moment.
+    pub close_on_exec: bool,
 }
 
 /// How an exiting task ends.
@@ -114,85 +135,134 @@ impl Witness {
         })
     }
 
-    /// The thread group of thread `tid`, and whether it still has an address space;
-    /// `None` when it is gone.
-    fn status(&self, tid: u32) -> Option<(u32, bool)> {
-        let status = fs::read(self.proc.join(tid.to_string()).join("status")).ok()?;
-        let mut tgid = None;
-        let mut has_mm = false;
-        for line in status.split(|&b| b == b'\n') {
-            if let Some(v) = line.strip_prefix(b"Tgid:") {
-                tgid = parse_u32(v);
-            } else if line.starts_with(b"VmSize:") {
-                has_mm = true;
-            }
-        }
-        Some((tgid?, has_mm))
-    }
-
     /// The thread group (process) of thread `tid`; itself when it is gone.
     pub fn tgid(&self, tid: u32) -> u32 {
-        self.status(tid).map_or(tid, |(tgid, _)| tgid)
+        read_small(&self.proc.join(tid.to_string()).join("status"))
+            .and_then(|status| {
+                status
+                    .split(|&b| b == b'\n')
+                    .find_map(|line| line.strip_prefix(b"Tgid:").and_then(parse_u32))
+            })
+            .unwrap_or(tid)
     }
 
-    /// Thread `tid` as it is now, or `None` when it is gone.
+    /// Thread `tid` as it is now, or `None` when it is gone. Whether it is exiting is
+    /// read from `statm` (all zeros once the address space is gone), the cheapest file
+    /// that says; only an exiting task's group and exit code are read.
     pub fn task(&self, tid: u32) -> Option<Task> {
-        let (tgid, has_mm) = self.status(tid)?;
-        let exit = if has_mm {
-            None
-        } else {
-            // Exiting (see the module doc for why reading stat cannot block here).
-            let stat = fs::read(self.proc.join(tid.to_string()).join("stat")).ok();
-            Some(Exit::from_code(
-                stat.and_then(|s| exit_code(&s)).unwrap_or(0),
-            ))
-        };
-        Some(Task { tid, tgid, exit })
+        let dir = self.proc.join(tid.to_string());
+        let statm = read_small(&dir.join("statm"))?;
+        if statm.split(|b| b.is_ascii_whitespace()).next() != Some(b"0") {
+            return Some(Task { tid, exit: None });
+        }
+        // Exiting (see the module doc for why reading stat cannot block here).
+        let code = read_small(&dir.join("stat"))
+            .and_then(|s| exit_code(&s))
+            .unwrap_or(0);
+        Some(Task {
+            tid,
+            exit: Some(Exiting {
+                tgid: self.tgid(tid),
+                how: Exit::from_code(code),
+            }),
+        })
     }
 
-    /// The processes among `candidates` (thread group ids) and their descendants that
-    /// hold a writable descriptor on inode `ino` of this mount, without `skip` (a task
-    /// whose file table is going away: an exiting closer).
-    pub fn holders(&self, ino: u64, candidates: &[u32], skip: Option<u32>) -> Vec<u32> {
+    /// The processes among `candidates` (process or thread ids: `/proc` shows a thread's
+    /// file table and threads as its group's) and their descendants that hold a
+    /// writable descriptor on inode `ino` of this mount, without `skip` (a task whose
+    /// file table is going away: an exiting closer). The candidates are looked at
+    /// first, then their descendants, breadth first; the walk stops at the first holder
+    /// for which `enough` says so (one holder is all a close needs to wait).
+    pub fn holders(
+        &self,
+        ino: u64,
+        candidates: &[u32],
+        skip: Option<u32>,
+        enough: impl Fn(&Holder) -> bool,
+    ) -> Vec<Holder> {
         let Some(mount) = self.mount_id() else {
             return Vec::new();
         };
         let mut seen: Vec<u32> = Vec::new();
-        let mut queue: Vec<u32> = candidates.to_vec();
+        let mut queue: std::collections::VecDeque<u32> = candidates.iter().copied().collect();
         let mut found = Vec::new();
-        while let Some(pid) = queue.pop() {
-            if seen.contains(&pid) || seen.len() >= MAX_PROCESSES {
+        while let Some(pid) = queue.pop_front() {
+            if seen.contains(&pid) {
                 continue;
+            }
+            if seen.len() >= MAX_PROCESSES {
+                log::warn!(
+                    "inode {ino}: looked at {MAX_PROCESSES} processes for holders and \
+                     stopped; a holder past them is not seen"
+                );
+                break;
             }
             seen.push(pid);
             let dir = self.proc.join(pid.to_string());
-            if Some(pid) != skip && self.holds(&dir, mount, ino) {
-                found.push(pid);
+            if Some(pid) != skip
+                && let Some(close_on_exec) = self.holds(&dir, mount, ino)
+            {
+                let h = Holder { pid, close_on_exec };
+                found.push(h);
+                if enough(&h) {
+                    break;
+                }
             }
             queue.extend(children(&dir));
-        }
-        if seen.len() >= MAX_PROCESSES {
-            log::warn!(
-                "inode {ino}: looked at {MAX_PROCESSES} processes for holders and stopped; \
-                 a holder past them is not seen"
-            );
         }
         found
     }
 
-    /// Whether process `dir` has a writable descriptor on `ino` of mount `mount`.
-    fn holds(&self, dir: &Path, mount: u64, ino: u64) -> bool {
-        let Ok(fds) = fs::read_dir(dir.join("fd")) else {
-            return false;
+    /// Whether process `dir` has a writable descriptor on `ino` of mount `mount`, and if
+    /// so whether every such descriptor is close-on-exec. Each `fdinfo` is opened
+    /// relative to its directory, one path component each.
+    fn holds(&self, dir: &Path, mount: u64, ino: u64) -> Option<bool> {
+        let (Ok(fds), Ok(info)) = (open_dir(&dir.join("fd")), open_dir(&dir.join("fdinfo"))) else {
+            return None;
         };
-        let info = dir.join("fdinfo");
-        fds.flatten().any(|fd| {
-            fs::read(info.join(fd.file_name()))
-                .ok()
-                .and_then(|text| FdInfo::parse(&text))
-                .is_some_and(|f| f.mount == mount && f.ino == ino && f.writable())
-        })
+        let mut held: Option<bool> = None;
+        let _ = for_each_name(&fds, |fd| {
+            if writable_link(&fds, fd)
+                && let Some(text) = read_small_at(&info, fd)
+                && let Some(f) = FdInfo::parse(&text)
+                && f.mount == mount
+                && f.ino == ino
+                && f.writable()
+            {
+                held = Some(held.unwrap_or(true) && f.close_on_exec());
+            }
+        });
+        held
     }
+}
+
+/// Whether descriptor link `fd` in `/proc/<pid>/fd` is open for writing, by the link's
+/// own mode (`lstat`, which follows nothing: procfs sets the owner's write bit from the
+/// file's mode). One call, where an `fdinfo` read is three; an error counts as
+/// writable, so that `fdinfo` decides.
+fn writable_link(fds: &fs::File, fd: &CStr) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: a valid directory descriptor, a NUL-terminated name, a writable buffer.
+    let r = unsafe {
+        libc::fstatat(
+            fds.as_raw_fd(),
+            fd.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    // SAFETY: filled when fstatat succeeded.
+    r != 0 || unsafe { st.assume_init() }.st_mode & libc::S_IWUSR != 0
+}
+
+fn open_dir(path: &Path) -> io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(path)
 }
 
 /// What `/proc/<pid>/fdinfo/<n>` says of a descriptor.
@@ -223,6 +293,10 @@ impl FdInfo {
         })
     }
 
+    fn close_on_exec(&self) -> bool {
+        self.flags & libc::O_CLOEXEC as u32 != 0
+    }
+
     fn writable(&self) -> bool {
         self.flags & libc::O_ACCMODE as u32 != libc::O_RDONLY as u32
     }
@@ -230,19 +304,26 @@ impl FdInfo {
 
 /// The children of every thread of process `dir`.
 fn children(dir: &Path) -> Vec<u32> {
-    let Ok(tasks) = fs::read_dir(dir.join("task")) else {
+    let Ok(tasks) = open_dir(&dir.join("task")) else {
         return Vec::new();
     };
     let mut out = Vec::new();
-    for t in tasks.flatten() {
-        if let Ok(text) = fs::read(t.path().join("children")) {
+    let _ = for_each_name(&tasks, |tid| {
+        let path = Path::new(OsStr::from_bytes(tid.to_bytes())).join("children");
+        if let Some(path) = cstring(&path)
+            && let Some(text) = read_small_at(&tasks, &path)
+        {
             out.extend(
                 text.split(|b| b.is_ascii_whitespace())
                     .filter_map(parse_u32),
             );
         }
-    }
+    });
     out
+}
+
+fn cstring(path: &Path) -> Option<CString> {
+    CString::new(path.as_os_str().as_bytes()).ok()
 }
 
 /// The exit code of a `/proc/<tid>/stat` line: its 52nd field, counted after the command
@@ -290,6 +371,45 @@ fn unescape(field: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The bytes of a `/proc` file, in one read when it fits in [`SMALL_FILE`] bytes, as all
+/// but a long `children` list do (`fs::read` would add a `statx` for a size that `/proc`
+/// reports as 0 anyway, and a second read to see the end).
+fn read_small(path: &Path) -> Option<Vec<u8>> {
+    read_all(fs::File::open(path).ok()?)
+}
+
+fn read_all(mut f: fs::File) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut buf = vec![0; SMALL_FILE];
+    let n = f.read(&mut buf).ok()?;
+    buf.truncate(n);
+    if n == SMALL_FILE {
+        f.read_to_end(&mut buf).ok()?;
+    }
+    Some(buf)
+}
+
+/// [`read_small`] of `name` in directory `dir`.
+fn read_small_at(dir: &fs::File, name: &CStr) -> Option<Vec<u8>> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: a valid directory descriptor and a NUL-terminated name.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` was just opened and is owned here alone.
+    read_all(unsafe { fs::File::from_raw_fd(fd) })
+}
+
+/// Room for what one read of a `/proc` file here returns (`status` is about 1.5 KB).
+const SMALL_FILE: usize = 4096;
+
 fn trim(v: &[u8]) -> &[u8] {
     let start = v
         .iter()
@@ -310,7 +430,6 @@ fn parse_u32(v: &[u8]) -> Option<u32> {
 #[cfg(test)]
 pub(crate) mod fake {
     use super::*;
-    use std::io;
 
     /// A process `pid` (one thread), with an address space unless `exit_code` is given,
     /// descriptors `(fd, flags, mount, ino)` and children.
@@ -331,6 +450,12 @@ pub(crate) mod fake {
             status.push_str("VmSize:\t  1000 kB\n");
         }
         fs::write(dir.join("status"), status)?;
+        let statm = if exit_code.is_none() {
+            "250 100 50 10 0 80 0\n"
+        } else {
+            "0 0 0 0 0 0 0\n"
+        };
+        fs::write(dir.join("statm"), statm)?;
         let mut stat = format!("{pid} (a (b) c) S");
         for i in 4..=52 {
             stat.push_str(&format!(
@@ -409,9 +534,11 @@ mod tests {
         fake::process(dir.path(), 11, Some(15), &[], &[]).unwrap();
         fake::process(dir.path(), 12, Some(1 << 8), &[], &[]).unwrap();
         assert_eq!(w.task(10).unwrap().exit, None);
-        assert_eq!(w.task(10).unwrap().tgid, 10);
-        assert_eq!(w.task(11).unwrap().exit, Some(Exit::Signal(15)));
-        assert_eq!(w.task(12).unwrap().exit, Some(Exit::Status(1)));
+        assert_eq!(w.tgid(10), 10);
+        assert_eq!(w.tgid(99), 99, "a gone thread is its own group");
+        let how = |t: u32| w.task(t).unwrap().exit.map(|e| (e.tgid, e.how));
+        assert_eq!(how(11), Some((11, Exit::Signal(15))));
+        assert_eq!(how(12), Some((12, Exit::Status(1))));
         assert_eq!(w.task(13), None, "a gone task");
     }
 
@@ -434,16 +561,42 @@ mod tests {
         fake::process(p, 22, None, &[(1, libc::O_RDWR as u32, MOUNT, 5)], &[]).unwrap();
         fake::process(p, 23, None, &[(1, W, MOUNT + 1, 5)], &[]).unwrap();
         fake::process(p, 24, None, &[(1, W, MOUNT, 5)], &[]).unwrap();
-        let mut found = w.holders(5, &[20], None);
-        found.sort();
-        assert_eq!(found, vec![20, 22]);
-        assert_eq!(w.holders(5, &[20], Some(20)), vec![22], "skipped closer");
-        assert_eq!(w.holders(6, &[21], None), Vec::<u32>::new());
+        let pids = |h: Vec<Holder>| {
+            let mut v: Vec<u32> = h.iter().map(|h| h.pid).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(pids(w.holders(5, &[20], None, |_| false)), vec![20, 22]);
         assert_eq!(
-            w.holders(5, &[99], None),
-            Vec::<u32>::new(),
-            "gone candidate"
+            pids(w.holders(5, &[20], Some(20), |_| false)),
+            vec![22],
+            "skipped closer"
         );
+        assert_eq!(
+            pids(w.holders(6, &[21], None, |_| false)),
+            Vec::<u32>::new()
+        );
+        assert_eq!(
+            pids(w.holders(5, &[99], None, |_| false)),
+            Vec::<u32>::new(),
+            "gone one"
+        );
+        // Close-on-exec only when every descriptor on it is.
+        let (cloexec, plain) = (W | libc::O_CLOEXEC as u32, W);
+        fake::process(p, 25, None, &[(3, cloexec, MOUNT, 7)], &[26]).unwrap();
+        fake::process(
+            p,
+            26,
+            None,
+            &[(3, cloexec, MOUNT, 7), (4, plain, MOUNT, 7)],
+            &[],
+        )
+        .unwrap();
+        let found = w.holders(7, &[25], None, |_| false);
+        let how = |pid| found.iter().find(|h| h.pid == pid).map(|h| h.close_on_exec);
+        assert_eq!((how(25), how(26)), (Some(true), Some(false)));
+        // Stopped at the first holder that is enough: the candidate itself.
+        assert_eq!(pids(w.holders(5, &[20], None, |_| true)), vec![20]);
     }
 
     #[test]
@@ -451,7 +604,12 @@ mod tests {
         let (dir, w) = proc();
         fake::process(dir.path(), 30, None, &[], &[31]).unwrap();
         fake::process(dir.path(), 31, None, &[(0, W, MOUNT, 9)], &[30]).unwrap();
-        assert_eq!(w.holders(9, &[30], None), vec![31]);
+        let found: Vec<u32> = w
+            .holders(9, &[30], None, |_| false)
+            .iter()
+            .map(|h| h.pid)
+            .collect();
+        assert_eq!(found, vec![31]);
     }
 
     #[test]

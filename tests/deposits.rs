@@ -576,8 +576,13 @@ fn messages_being_written_are_bounded_in_bytes_with_enospc_at_the_write() {
     let (at, errno) = refused.expect("no write was refused");
     assert_eq!(errno, Some(libc::ENOSPC));
     assert_eq!(at, litanyfs::tree::drafts::DRAFT_BYTES / chunk.len());
-    // Every message written in full is deposited in full when closed.
+    // Every message written in full is deposited in full when closed. Other tests spawn
+    // children meanwhile, each holding all 64 descriptors until its exec closes them:
+    // that close, a moment later, may be the last one.
     drop(open_files);
+    eventually(Duration::from_secs(10), || {
+        deposits(&w.f.inbox(A)).len() >= at
+    });
     let d = deposits(&w.f.inbox(A));
     assert_eq!(d.len(), at);
     assert!(d.iter().all(|(_, b)| split(b).1 == chunk));

@@ -17,6 +17,30 @@ use super::node::{Backed, DraftNode};
 use super::{Attr, Child, Content, DRAFT_PERM, Deposits, ErrorKind, FILE_PERM, Identity, Kind};
 use super::{Closer, NAME_MAX, Node, Tree, TreeError};
 use crate::deposit::DepositError;
+use crate::witness::{Exit, Holder};
+
+/// A thread inside a close of a draft, for as long as the guard lives.
+struct ClosingGuard<'a> {
+    tree: &'a Tree,
+    tid: u32,
+}
+
+impl Drop for ClosingGuard<'_> {
+    fn drop(&mut self) {
+        let mut closing = self.tree.closing.lock();
+        if let Some(n) = closing.get_mut(&self.tid) {
+            *n -= 1;
+            if *n == 0 {
+                closing.remove(&self.tid);
+            }
+        }
+    }
+}
+
+/// How long a close waits for children between `fork` and `exec` to drop the message
+/// they hold close-on-exec (see [`Tree::holders_after_spawns`]), and how often it looks.
+pub const SPAWN_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
+const SPAWN_POLL: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// The error a refused write to a draft answers, at the write and at every close after.
 fn refused_error(node: &Node, why: Refused) -> TreeError {
@@ -33,7 +57,7 @@ impl Tree {
         let st = draft.state.lock();
         Ok(Attr {
             kind: Kind::File,
-            size: st.buf.len() as u64,
+            size: st.buf().len() as u64,
             perm: if st.closed() { FILE_PERM } else { st.perm },
             nlink: 1,
             mtime: st.mtime,
@@ -162,9 +186,7 @@ impl Tree {
                 if !truncate {
                     return Err(TreeError::new(node.path(), ErrorKind::Immutable));
                 }
-                self.drafts.reused(&mut st);
-                st.dirty = false;
-                st.mtime = SystemTime::now();
+                st.reuse();
                 self.opened_by(&mut st, by);
                 drop(st);
                 self.drafts.touch(&d.agent);
@@ -172,29 +194,14 @@ impl Tree {
             }
             self.opened_by(&mut st, by);
             if truncate {
-                // Emptied: whatever was refused before is gone with it.
-                st.refused = None;
-            }
-            if truncate && !st.buf.is_empty() {
-                self.drafts
-                    .resize(&mut st, 0)
-                    .map_err(|_| TreeError::new(node.path(), ErrorKind::NoSpace))?;
-                st.dirty = true;
-                st.mtime = SystemTime::now();
+                st.truncate(0).map_err(|why| refused_error(node, why))?;
             }
         }
         Ok(Content::Draft(d))
     }
 
-    /// The thread group of thread `tid`, as the draft `st` knows it.
-    fn group(&self, st: &mut DraftState, tid: u32) -> u32 {
-        st.hands
-            .group(tid, |t| self.witness.as_ref().map_or(t, |w| w.tgid(t)))
-    }
-
     fn opened_by(&self, st: &mut DraftState, tid: u32) {
-        let g = self.group(st, tid);
-        st.hands.held(g);
+        st.hands.held(tid);
     }
 
     /// Writes `data` at `offset` into a draft for thread `tid`; refuses past the size
@@ -211,25 +218,17 @@ impl Tree {
         if st.closed() {
             return Err(TreeError::new(node.path(), ErrorKind::Immutable));
         }
-        let g = self.group(&mut st, tid);
-        st.hands.wrote(g);
-        st.hands.held(g);
+        st.hands.wrote(tid);
+        st.hands.held(tid);
         let end = offset.saturating_add(data.len() as u64);
         if let Err(e) = self.check_len(node, end) {
             if let ErrorKind::Deposit(DepositError::TooLarge { len, max }) = e.kind {
-                st.refused = Some(Refused::TooLarge { len, max });
+                st.refuse(Refused::TooLarge { len, max });
             }
             return Err(e);
         }
-        let (start, end) = (offset as usize, end as usize);
-        if st.buf.len() < end && self.drafts.resize(&mut st, end).is_err() {
-            st.refused = Some(Refused::NoSpace);
-            return Err(refused_error(node, Refused::NoSpace));
-        }
-        st.buf[start..end].copy_from_slice(data);
-        st.dirty = true;
-        st.mtime = SystemTime::now();
-        st.ctime = st.mtime;
+        st.write(offset as usize, data)
+            .map_err(|why| refused_error(node, why))?;
         Ok(data.len())
     }
 
@@ -251,6 +250,7 @@ impl Tree {
         let verdict = match closer {
             None => Verdict::Send,
             Some(closer) => {
+                let _closing = self.closing(closer.tid);
                 let (writers, mut candidates) = {
                     let st = d.state.lock();
                     if !st.pending() {
@@ -260,24 +260,46 @@ impl Tree {
                 };
                 // Looked at without the draft locked: the witness reads `/proc`.
                 let task = self.witness.as_ref().and_then(|w| w.task(closer.tid));
-                match drafts::verdict(task.as_ref(), &writers, &[]) {
+                let exiting = task.and_then(|t| t.exit);
+                // Which processes wrote matters only when the closer was killed.
+                let writer_groups: Vec<u32> = match (exiting, &self.witness) {
+                    (Some(e), Some(w)) if matches!(e.how, Exit::Signal(_)) => writers
+                        .iter()
+                        .map(|&t| if t == closer.tid { e.tgid } else { w.tgid(t) })
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                match drafts::verdict(task.as_ref(), &writer_groups, &[]) {
                     Verdict::Send => {
-                        let exiting = task.filter(|t| t.exit.is_some()).map(|t| t.tgid);
-                        if let Some(t) = task {
-                            candidates.push(t.tgid);
+                        candidates.push(closer.tid);
+                        let skip = exiting.map(|_| closer.tid);
+                        let Some(holders) =
+                            self.holders_after_spawns(&d, closer, &candidates, skip)
+                        else {
+                            // Sent (or refused) by another close while this one waited.
+                            let st = d.state.lock();
+                            return match st.failed {
+                                Some(errno) => Err(TreeError::io(
+                                    node.path(),
+                                    std::io::Error::from_raw_os_error(errno),
+                                )),
+                                None => Ok(()),
+                            };
+                        };
+                        let pids: Vec<u32> = holders.iter().map(|h| h.pid).collect();
+                        if !pids.is_empty() {
+                            log::debug!(
+                                "{}: close by {}: still held by {holders:?}; the last close sends it",
+                                node.path(),
+                                closer.tid
+                            );
                         }
-                        let holders = self
-                            .witness
-                            .as_ref()
-                            .map_or_else(Vec::new, |w| w.holders(closer.ino, &candidates, exiting));
                         let mut st = d.state.lock();
-                        for &h in &holders {
+                        for &h in &pids {
                             st.hands.held(h);
                         }
-                        if let Some(t) = task {
-                            st.hands.held(t.tgid);
-                        }
-                        drafts::verdict(task.as_ref(), &writers, &holders)
+                        st.hands.held(closer.tid);
+                        drafts::verdict(task.as_ref(), &writer_groups, &pids)
                     }
                     v => v,
                 }
@@ -291,7 +313,7 @@ impl Tree {
         }
         match verdict {
             Verdict::Wait => st
-                .refused
+                .refused()
                 .map_or(Ok(()), |why| Err(refused_error(node, why))),
             Verdict::Drop { pid, signal } => {
                 log::warn!(
@@ -303,7 +325,7 @@ impl Tree {
                 Ok(())
             }
             Verdict::Send => {
-                if let Some(why) = st.refused {
+                if let Some(why) = st.refused() {
                     // Part of a message is not the message: it goes, unsent.
                     log::warn!(
                         "{}: not sent: a write to it was refused, so it held only part of \
@@ -313,7 +335,7 @@ impl Tree {
                     self.give_up(&d, &mut st, Gone::Cut(why));
                     return Err(refused_error(node, why));
                 }
-                if !st.dirty || st.buf.is_empty() {
+                if !st.dirty() || st.buf().is_empty() {
                     return Ok(());
                 }
                 let sent = self.send(node, &d, &mut st, deposits);
@@ -324,14 +346,59 @@ impl Tree {
         }
     }
 
+    /// Who else holds draft `d` at `closer`'s close (`candidates`: the tasks known to
+    /// have held it, the closer last), looking again for up to [`SPAWN_GRACE`] while the
+    /// only holders are passing ones: a child between its `fork` and its `exec`
+    /// (another thread's `posix_spawn`) holds it close-on-exec for a moment, then its
+    /// exec closes it, and that close is the last one and sends it. Waiting for that keeps the promise that the writer's close returns
+    /// once the message is sent. `None` when another close decided it meanwhile.
+    fn holders_after_spawns(
+        &self,
+        d: &Draft,
+        closer: Closer,
+        candidates: &[u32],
+        skip: Option<u32>,
+    ) -> Option<Vec<Holder>> {
+        let Some(w) = self.witness.as_ref() else {
+            return Some(Vec::new());
+        };
+        // A holder settles it (the close waits for the last close, not for a spawn) unless
+        // it is closing files right now (an exec closing what it inherited: its exec
+        // has already cleared the close-on-exec flags of what it is about to close), or
+        // is new and holds it close-on-exec (a child not yet at its exec).
+        let settles = |h: &Holder| {
+            let transient =
+                self.is_closing(h.pid) || (h.close_on_exec && !candidates.contains(&h.pid));
+            !transient || h.pid == closer.tid
+        };
+        let started = std::time::Instant::now();
+        loop {
+            let holders = w.holders(closer.ino, candidates, skip, settles);
+            let spawning = !holders.is_empty() && !holders.iter().any(settles);
+            if !spawning || started.elapsed() >= SPAWN_GRACE {
+                return Some(holders);
+            }
+            std::thread::sleep(SPAWN_POLL);
+            if !d.state.lock().pending() {
+                return None;
+            }
+        }
+    }
+
+    /// Marks thread `tid` as inside a close until the guard drops.
+    fn closing(&self, tid: u32) -> ClosingGuard<'_> {
+        *self.closing.lock().entry(tid).or_insert(0) += 1;
+        ClosingGuard { tree: self, tid }
+    }
+
+    fn is_closing(&self, tid: u32) -> bool {
+        self.closing.lock().contains_key(&tid)
+    }
+
     /// Draft `d` (its state `st`, locked) will never be sent: out of the listing, its
     /// content freed; its name resolvable for the alias grace.
     fn give_up(&self, d: &Draft, st: &mut DraftState, why: Gone) {
-        st.gone = Some(why);
-        st.dirty = false;
-        // Shrinking always succeeds.
-        let _ = self.drafts.resize(st, 0);
-        st.last_used = std::time::Instant::now();
+        st.give_up(why);
         self.drafts.touch(&d.agent);
     }
 
@@ -343,11 +410,11 @@ impl Tree {
         st: &mut DraftState,
         deposits: &Deposits,
     ) -> Result<(), TreeError> {
-        st.dirty = false;
+        st.attempting();
         self.views.depositing(&d.agent);
         let result = deposits
             .depositor
-            .deposit(&d.agent, &deposits.sender, &st.buf);
+            .deposit(&d.agent, &deposits.sender, st.buf());
         let published = result
             .as_ref()
             .ok()
@@ -359,17 +426,19 @@ impl Tree {
                     "{}: deposited as {} ({} bytes, wake: {:?})",
                     node.path(),
                     done.published.path.display(),
-                    st.buf.len(),
+                    st.buf().len(),
                     done.wake
                 );
-                st.deposited = Some(done.published);
-                st.last_used = std::time::Instant::now();
-                self.drafts.deposited(st);
+                st.sent(done.published);
                 self.drafts.touch(&d.agent);
                 Ok(())
             }
             Err(DepositError::Empty) => Ok(()),
-            Err(e) => Err(TreeError::new(node.path(), ErrorKind::Deposit(e))),
+            Err(e) => {
+                let e = TreeError::new(node.path(), ErrorKind::Deposit(e));
+                st.failed = Some(e.errno());
+                Err(e)
+            }
         }
     }
 
@@ -377,8 +446,11 @@ impl Tree {
     /// (errors can only be logged). The alias grace runs from the deposit (or a later
     /// change of times or mode), not from reads, so a reader cannot keep an alias alive.
     pub fn release(&self, node: &Node) {
-        if let Err(e) = self.flush(node, None) {
-            log::warn!("{e} (at release; the writer was not told)");
+        match self.flush(node, None) {
+            // Sent and its alias already forgotten: nothing was left to decide.
+            Err(e) if matches!(e.kind, ErrorKind::NotFound) => {}
+            Err(e) => log::warn!("{e} (at release; the writer was not told)"),
+            Ok(()) => {}
         }
     }
 
@@ -390,17 +462,8 @@ impl Tree {
             return Err(TreeError::new(node.path(), ErrorKind::Immutable));
         }
         self.check_len(node, size)?;
-        if st.buf.len() as u64 != size {
-            self.drafts
-                .resize(&mut st, size as usize)
-                .map_err(|_| TreeError::new(node.path(), ErrorKind::NoSpace))?;
-            if size == 0 {
-                st.refused = None;
-            }
-            st.dirty = true;
-            st.mtime = SystemTime::now();
-        }
-        Ok(())
+        st.truncate(size as usize)
+            .map_err(|why| refused_error(node, why))
     }
 
     /// Times and mode of a draft (kept in memory; a deposit's real file is not touched).
@@ -470,7 +533,7 @@ impl Tree {
         }
         self.drafts.rename(agent, name, newname);
         if drafts::is_private(name) && !drafts::is_private(newname) {
-            d.state.lock().dirty = true;
+            d.state.lock().touch_content();
             let node = Node::Draft(DraftNode {
                 agent: agent.to_string(),
                 id: d.id,

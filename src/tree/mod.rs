@@ -246,6 +246,9 @@ pub struct Tree {
     views: Arc<Views>,
     /// Who holds a draft at a close (`None` off a mount: every close is then the last).
     witness: Option<Witness>,
+    /// The threads inside a close of a draft now, with how many closes each: a holder
+    /// that is closing may be an exec closing what it inherited (see `inbox.rs`).
+    closing: Mutex<crate::FastMap<u32, usize>>,
 }
 
 /// A `close(2)` of a draft, as FUSE reports it: the closing thread and the draft's inode
@@ -288,6 +291,7 @@ impl Tree {
             refs_reported: Mutex::new(None),
             agents_changed: Mutex::new(Default::default()),
             witness: None,
+            closing: Mutex::new(Default::default()),
         })
     }
 
@@ -669,7 +673,7 @@ impl Tree {
                 read_file_at(f, offset, size).map_err(|e| TreeError::io(node.path(), e))
             }
             Content::Bytes(b) => Ok(slice(b)),
-            Content::Draft(d) => Ok(slice(&d.state.lock().buf)),
+            Content::Draft(d) => Ok(slice(d.state.lock().buf())),
             Content::Stream { file, key, stream } => self
                 .pages
                 .read(file, *key, *stream, offset, u64::from(size))

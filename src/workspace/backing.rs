@@ -133,54 +133,31 @@ impl Backing {
     /// The entries of directory `rel` with their `lstat`, without `.` and `..`. Entries
     /// that vanish between the listing and their stat are skipped.
     ///
-    /// Read with `getdents64` on the descriptor itself: `fdopendir` would add an `fstat`
-    /// and two `fcntl`s to every listing, and a walk lists every directory.
+    /// Read with [`for_each_name`]: a walk lists every directory.
     pub fn list(&self, rel: &Path) -> io::Result<Vec<(OsString, Stat)>> {
         let fd = self.openat2(rel, libc::O_RDONLY | libc::O_DIRECTORY)?;
         let mut out = Vec::new();
-        let mut buf = vec![0u8; LIST_BUFFER];
-        loop {
-            // SAFETY: a valid directory descriptor and a writable buffer of that length.
-            let n = unsafe {
-                libc::syscall(
-                    libc::SYS_getdents64,
+        for_each_name(&fd, |name| {
+            let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+            // SAFETY: valid dirfd, `name` is NUL-terminated, `st` is writable.
+            let r = unsafe {
+                libc::fstatat(
                     fd.as_raw_fd(),
-                    buf.as_mut_ptr(),
-                    buf.len(),
+                    name.as_ptr(),
+                    st.as_mut_ptr(),
+                    libc::AT_SYMLINK_NOFOLLOW,
                 )
             };
-            if n < 0 {
-                return Err(io::Error::last_os_error());
+            if r == 0 {
+                // SAFETY: fstatat succeeded and filled `st`.
+                let st = unsafe { st.assume_init() };
+                out.push((
+                    OsString::from_vec(name.to_bytes().to_vec()),
+                    Stat::from_raw(&st),
+                ));
             }
-            if n == 0 {
-                return Ok(out);
-            }
-            let filled = &buf[..n as usize];
-            let mut at = 0;
-            while let Some(name) = dirent_name(filled, &mut at) {
-                if name.to_bytes() == b"." || name.to_bytes() == b".." {
-                    continue;
-                }
-                let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-                // SAFETY: valid dirfd, `name` is NUL-terminated, `st` is writable.
-                let r = unsafe {
-                    libc::fstatat(
-                        fd.as_raw_fd(),
-                        name.as_ptr(),
-                        st.as_mut_ptr(),
-                        libc::AT_SYMLINK_NOFOLLOW,
-                    )
-                };
-                if r == 0 {
-                    // SAFETY: fstatat succeeded and filled `st`.
-                    let st = unsafe { st.assume_init() };
-                    out.push((
-                        OsString::from_vec(name.to_bytes().to_vec()),
-                        Stat::from_raw(&st),
-                    ));
-                }
-            }
-        }
+        })?;
+        Ok(out)
     }
 
     /// The target of symlink `rel`, as raw bytes.
@@ -285,6 +262,36 @@ const DIRENT_NAME_AT: usize = 19;
 
 /// The name of the `linux_dirent64` at `*at` in `buf`, advancing `*at` past it; `None`
 /// at the end of the buffer (or at a record the kernel could not have written).
+/// Calls `f` with each name in directory `fd` but `.` and `..`, read with `getdents64`
+/// on the descriptor itself (`fdopendir` would add an `fstat` and two `fcntl`s).
+pub(crate) fn for_each_name(fd: &impl AsRawFd, mut f: impl FnMut(&CStr)) -> io::Result<()> {
+    let mut buf = vec![0u8; LIST_BUFFER];
+    loop {
+        // SAFETY: a valid directory descriptor and a writable buffer of that length.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                fd.as_raw_fd(),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let filled = &buf[..n as usize];
+        let mut at = 0;
+        while let Some(name) = dirent_name(filled, &mut at) {
+            if name.to_bytes() != b"." && name.to_bytes() != b".." {
+                f(name);
+            }
+        }
+    }
+}
+
 fn dirent_name<'a>(buf: &'a [u8], at: &mut usize) -> Option<&'a CStr> {
     let rec = buf.get(*at..)?;
     let reclen = u16::from_ne_bytes([*rec.get(DIRENT_RECLEN_AT)?, *rec.get(DIRENT_RECLEN_AT + 1)?]);
