@@ -673,6 +673,91 @@ def bench_records(tmp):
     unmount(mnt)
 
 
+def events_settled(mnt, timeout=120):
+    """Waits until `events` stops growing (history reconstructed); returns the seconds."""
+    t = time.perf_counter()
+    last, calm = -1, 0
+    while time.perf_counter() - t < timeout:
+        size = os.stat(mnt / "events").st_size
+        calm = calm + 1 if size == last and size > 0 else 0
+        if calm >= 5:
+            return time.perf_counter() - t, size
+        last = size
+        time.sleep(0.02)
+    raise RuntimeError("events never settled")
+
+
+def bench_views(tmp):
+    agents, steps = (40, 20) if QUICK else (200, 40)
+    print(f"9. status and events: {agents} agents x {steps} steps; cat status of 1,000 agents; event latency", flush=True)
+    ws = tmp / "views"
+    ids = make_workspace(ws, agents, steps)
+    mnt = tmp / "views-mnt"
+    t0 = time.perf_counter()
+    mount(ws, mnt)
+    ready = time.perf_counter() - t0
+    took, size = events_settled(mnt)
+    # Reconstruction ends 100 ms before `events` is seen to stop growing (5 polls).
+    lines = sum(1 for _ in open(mnt / "events", "rb"))
+    pid = daemon_pid(mnt)
+    rss = peak_rss_mib(pid) if pid else None
+    row(f"history of {agents} x {steps} reconstructed, s after the mount answered", round(took, 2), round(ready, 2), None, None, " s", f"{lines} events, {round(size / 1e6, 1)} MB of text; anchor: the mount itself; daemon peak RSS {rss} MiB")
+    # One new step directory on disk -> its step-started line read by a reader at the end
+    # of events, as `tail -f` reads it. Nobody listed steps/<id>, so only the tick sees it.
+    n = 10 if QUICK else 40
+    costs = []
+    fd = os.open(mnt / "events", os.O_RDONLY)
+    try:
+        while os.read(fd, 1 << 20):
+            pass
+        for i in range(n):
+            d = ws / "steps" / ids[i % len(ids)] / f"{steps + 1 + i // len(ids):03d}"
+            t = time.perf_counter()
+            d.mkdir()
+            got = b""
+            while b"step-started" not in got:
+                b = os.read(fd, 1 << 16)
+                if not b:
+                    time.sleep(0.001)
+                    if time.perf_counter() - t > 10:
+                        raise RuntimeError("no event within 10 s")
+                got += b
+            costs.append(time.perf_counter() - t)
+            time.sleep(0.05)
+            while os.read(fd, 1 << 16):
+                pass
+    finally:
+        os.close(fd)
+    costs.sort()
+    med, p99 = statistics.median(costs) * 1e3, costs[len(costs) * 99 // 100] * 1e3
+    row("a new step directory to its line at the end of events, ms (median)", round(med), 1000, round(med / 1000, 2), lambda r: r < 1.0, " ms", f"p99 {round(p99)} ms over {n}; anchor: the issue's 1 s")
+    unmount(mnt)
+    # cat status with 1,000 agents; anchor: the same facts gathered natively (a listing of
+    # every steps/<id> and inbox/<id>, /proc/locks, git for-each-ref).
+    many = 1000
+    ws2 = tmp / "views-many"
+    ids2 = make_workspace(ws2, many, 2)
+    mnt2 = tmp / "views-many-mnt"
+    mount(ws2, mnt2)
+
+    def cat_status():
+        return len((mnt2 / "status").read_bytes())
+
+    def native():
+        git(ws2, "for-each-ref", "--format=%(refname)", "refs/heads/agents/", "refs/litany/")
+        Path("/proc/locks").read_text()
+        for aid in ids2:
+            os.listdir(ws2 / "steps" / aid)
+            os.listdir(ws2 / "inbox" / aid)
+            os.stat(ws2 / "inbox" / aid)
+
+    first = timed(cat_status)[0]
+    warm = statistics.median([timed(cat_status)[0] for _ in range(5)])
+    nat = statistics.median([timed(native)[0] for _ in range(5)])
+    row(f"cat status, {many} agents, s (median of 5)", round(warm, 3), round(nat, 3), round(warm / nat, 2), None, " s", f"first {round(first, 3)} s; anchor: the same facts gathered natively")
+    unmount(mnt2)
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     global QUICK
@@ -682,7 +767,7 @@ def main():
     tmp = Path(tempfile.mkdtemp(prefix="litanyfs-bench-"))
     started = time.time()
     try:
-        sections = [("seq", bench_sequential), ("walk", bench_walk), ("paging", bench_paging), ("deposits", bench_deposits), ("records", bench_records), ("refs", bench_refs), ("scale", bench_scale)]
+        sections = [("seq", bench_sequential), ("walk", bench_walk), ("paging", bench_paging), ("deposits", bench_deposits), ("records", bench_records), ("refs", bench_refs), ("scale", bench_scale), ("views", bench_views)]
         for name, f in sections:
             if only and name not in only:
                 continue

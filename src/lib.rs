@@ -2,9 +2,9 @@
 //!
 //! The crate reads in one direction. A FUSE request reaches [`fs`], the only module that
 //! knows about FUSE; it asks [`tree`] what a path is and what it holds; the tree asks
-//! [`workspace`] (paths, ids, refs, marks), [`paging`] (continuation addresses) and
-//! [`deposit`] (the inbox write path). Everything but [`fs`] and [`mount`] is plain Rust,
-//! unit-tested without a mount: the tree decides what every entry is, how long the kernel
+//! [`workspace`] (paths, ids, refs, marks), [`paging`] (continuation addresses),
+//! [`deposit`] (the inbox write path) and [`views`] (`status` and the events).
+//! Everything but [`fs`] and [`mount`] is plain Rust, unit-tested without a mount: the tree decides what every entry is, how long the kernel
 //! may keep it and how an open is served; the adapter only numbers inodes and handles
 //! and turns those answers into replies.
 //!
@@ -22,6 +22,8 @@
 //! | `litanyfs-guard` | [`deposit::guard`] | inotify on inboxes it published into; a kick per publish; a 500 ms tick | re-depositing a message a `litany message` replaced |
 //! | `litanyfs-spares` | [`deposit::spare`] | a spare unnamed file taken | creating an `O_TMPFILE` in `inbox/` |
 //! | `litanyfs-wake` | [`deposit::wake`] | a deposit that asks for a wake | reading `/proc/locks`, spawning `litany advance` |
+//! | `litanyfs-events` | [`views`] | a poke from `invalidate` after each batch of changes; a 250 ms tick | listing steps and inboxes, reading `/proc/locks` and the refs, appending to the events log |
+//! | `litanyfs-history` | [`views`] | started once by `litanyfs-events`, then exits | reading the records and walking the branches |
 //! | `litanyfs-reap` | [`deposit::wake`] | a launched driver exiting (one per launch) | `waitpid` of that driver |
 
 #[doc(hidden)]
@@ -39,6 +41,7 @@ pub mod mount;
 pub mod paging;
 pub mod records;
 pub mod tree;
+pub mod views;
 pub mod watch;
 pub mod witness;
 pub mod workspace;

@@ -676,8 +676,13 @@ fn serve(
         depositor
             .check_sender(&sender)
             .map_err(|e| MountError::Daemon(format!("--sender: {e}")))?;
+        let views = tree.views().clone();
+        depositor
+            .waker()
+            .on_launch(Box::new(move |agent, pid| views.woken(agent, pid)));
         tree = tree.with_deposits(Deposits { depositor, sender });
     }
+    let views = tree.views().clone();
     let fs = Fs::new(Arc::new(tree));
     let invalidator = fs.invalidator();
     let mut config = Config::default();
@@ -713,6 +718,7 @@ fn serve(
     let session = Session::new(fs, &mnt, &config)
         .map_err(|e| MountError::Io(format!("mounting {}", mnt.display()), e))?;
     invalidator.spawn(session.notifier());
+    views.start();
     let pipe = ready.take();
     let watched = mnt.clone();
     let served = workspace.root().to_path_buf();

@@ -216,6 +216,9 @@ enum Want {
     /// file whose size is what it reads; its text is checked against the real harness
     /// in tests/records.rs, not here.
     Rendered,
+    /// A view of the whole workspace at the root (`status`, `events`, ...): a read-only
+    /// file that always reads; its content is checked in tests/views.rs, not here.
+    Glance,
 }
 
 type View = BTreeMap<String, Want>;
@@ -309,6 +312,9 @@ impl Model {
         let mut v = View::new();
         for top in ["agents", "inbox", "marks", "names", "steps"] {
             add_dir(&mut v, top);
+        }
+        for glance in ["status", "status.json", "events", "events.ndjson"] {
+            add_leaf(&mut v, glance, Want::Glance);
         }
         for (path, entry) in &self.backing {
             // Every ancestor must be shown too (a hidden directory hides its contents).
@@ -574,6 +580,12 @@ fn matches(path: &str, want: Option<&Want>, seen: &Seen) -> bool {
                 ..
             },
         ) => *size == got.len() as u64 && *perm == 0o444,
+        (
+            Some(Want::Glance),
+            Seen::File {
+                perm, bytes: Ok(_), ..
+            },
+        ) => *perm == 0o444,
         _ => false,
     }
 }
@@ -621,6 +633,7 @@ fn show_want(path: &str, w: Option<&Want>) -> String {
         ),
         Some(Want::Link(t)) => format!("symlink -> {t}"),
         Some(Want::Rendered) => "a rendered file, mode 444, its size what it reads".into(),
+        Some(Want::Glance) => "a view of the workspace, mode 444, that reads".into(),
     }
 }
 

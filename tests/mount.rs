@@ -158,7 +158,20 @@ fn refusals_are_one_line_and_non_zero() {
 fn root_mirrors_the_workspace_and_steps_match_the_disk() {
     let w = workspace(Flavour::Litany);
     let m = Mounted::new(w.f.root());
-    assert_eq!(ls(&m.mnt), ["agents", "inbox", "marks", "names", "steps"]);
+    assert_eq!(
+        ls(&m.mnt),
+        [
+            "agents",
+            "events",
+            "events.ndjson",
+            "inbox",
+            "marks",
+            "names",
+            "status",
+            "status.json",
+            "steps"
+        ]
+    );
 
     let backing = w.f.root().join("steps");
     let mut want: Vec<PathBuf> = files_under(&backing)
@@ -570,7 +583,20 @@ fn sigterm_unmounts_and_sigkill_leaves_a_mount_the_next_mount_heals() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("clearing a stale mount"), "{stderr}");
-    assert_eq!(ls(&m.mnt), ["agents", "inbox", "marks", "names", "steps"]);
+    assert_eq!(
+        ls(&m.mnt),
+        [
+            "agents",
+            "events",
+            "events.ndjson",
+            "inbox",
+            "marks",
+            "names",
+            "status",
+            "status.json",
+            "steps"
+        ]
+    );
 }
 
 #[test]

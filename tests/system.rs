@@ -92,7 +92,7 @@ impl Drop for Foreground {
 fn answers(mnt: &Path) -> bool {
     let parent = std::fs::metadata(mnt.parent().unwrap()).unwrap().dev();
     std::fs::metadata(mnt).is_ok_and(|m| m.dev() != parent)
-        && std::fs::read_dir(mnt).is_ok_and(|d| d.count() == 5)
+        && std::fs::read_dir(mnt).is_ok_and(|d| d.count() == litanyfs::tree::TOP_LEVEL.len())
 }
 
 /// The next datagram on `sock`, as text.

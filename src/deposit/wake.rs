@@ -107,27 +107,37 @@ pub fn executor_busy(inbox: &Path) -> io::Result<bool> {
     ))
 }
 
-/// Whether `/proc/locks` text lists a granted `FLOCK` on `major:minor:ino`. Lines look
-/// like `1: FLOCK  ADVISORY  WRITE 12463 fe:00:5316619 0 EOF` (major and minor in hex,
-/// the inode in decimal); `->` lines are blocked waiters, not holders.
+/// Whether `/proc/locks` text lists a granted `FLOCK` on `major:minor:ino`.
 pub(crate) fn flock_held(locks: &str, major: u32, minor: u32, ino: u64) -> bool {
-    locks.lines().any(|line| {
+    flocks(locks).any(|held| held == (major, minor, ino))
+}
+
+/// Every `(major, minor, inode)` with a granted `FLOCK` in `/proc/locks` text, the one
+/// reading of its grammar. Lines look like `1: FLOCK  ADVISORY  WRITE 12463
+/// fe:00:5316619 0 EOF` (major and minor in hex, the inode in decimal); `->` lines are
+/// blocked waiters, not holders.
+pub(crate) fn flocks(locks: &str) -> impl Iterator<Item = (u32, u32, u64)> + '_ {
+    locks.lines().filter_map(|line| {
         let mut tokens = line.split_whitespace();
         let (Some(_ordinal), Some(kind)) = (tokens.next(), tokens.next()) else {
-            return false;
+            return None;
         };
-        kind == "FLOCK"
-            && tokens.any(|t| {
-                let mut parts = t.split(':');
-                let (Some(ma), Some(mi), Some(i), None) =
-                    (parts.next(), parts.next(), parts.next(), parts.next())
-                else {
-                    return false;
-                };
-                u32::from_str_radix(ma, 16).ok() == Some(major)
-                    && u32::from_str_radix(mi, 16).ok() == Some(minor)
-                    && i.parse::<u64>().ok() == Some(ino)
-            })
+        if kind != "FLOCK" {
+            return None;
+        }
+        tokens.find_map(|t| {
+            let mut parts = t.split(':');
+            let (Some(ma), Some(mi), Some(i), None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            else {
+                return None;
+            };
+            Some((
+                u32::from_str_radix(ma, 16).ok()?,
+                u32::from_str_radix(mi, 16).ok()?,
+                i.parse::<u64>().ok()?,
+            ))
+        })
     })
 }
 
@@ -190,11 +200,24 @@ fn reap(mut child: Child) {
 }
 
 /// Wakes agents of one workspace after deposits: the lock read, then the launch.
-#[derive(Debug)]
 pub struct Waker {
     root: PathBuf,
     harness: Option<PathBuf>,
     warned: AtomicBool,
+    /// Told of every driver launched: the agent and the driver's pid.
+    on_launch: std::sync::OnceLock<OnLaunch>,
+}
+
+/// What a [`Waker`] tells of each launch ([`Waker::on_launch`]).
+pub type OnLaunch = Box<dyn Fn(&str, u32) + Send + Sync>;
+
+impl std::fmt::Debug for Waker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waker")
+            .field("root", &self.root)
+            .field("harness", &self.harness)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Waker {
@@ -204,6 +227,15 @@ impl Waker {
             root: root.to_path_buf(),
             harness: find_harness(harness),
             warned: AtomicBool::new(false),
+            on_launch: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Has `hook` told of every driver launched from now on (once; a second hook is
+    /// refused and logged).
+    pub fn on_launch(&self, hook: OnLaunch) {
+        if self.on_launch.set(hook).is_err() {
+            log::warn!("a launch hook is already set; the new one is ignored");
         }
     }
 
@@ -234,6 +266,9 @@ impl Waker {
                     "launched {} advance for {agent} (pid {pid})",
                     harness.display()
                 );
+                if let Some(hook) = self.on_launch.get() {
+                    hook(agent, pid);
+                }
                 Wake::Launched { pid }
             }
             Err(e) => {
@@ -540,6 +575,7 @@ pub(crate) mod tests {
             root: t.path().to_path_buf(),
             harness: None,
             warned: AtomicBool::new(false),
+            on_launch: std::sync::OnceLock::new(),
         };
         assert_eq!(waker.wake("a1"), Wake::NoHarness);
         assert_eq!(waker.wake("a1"), Wake::NoHarness);

@@ -880,6 +880,8 @@ impl Invalidator {
         if self.state.tree.watcher().is_none() {
             return;
         }
+        // Every refs change is told to the events follower from here on.
+        self.state.tree.views().refs_watched();
         let started = std::thread::Builder::new()
             .name("invalidate".into())
             .spawn(move || self.run(notifier));
@@ -903,6 +905,8 @@ impl Invalidator {
             for change in changes {
                 self.apply(&notifier, change);
             }
+            // The events follower looks now rather than at its next tick.
+            self.state.tree.views().poke();
             // A burst of changes (a harness streaming a record, a run of deposits) then
             // wakes this thread once per pause rather than once per event; a lone change
             // is still applied at once.
@@ -949,6 +953,7 @@ impl Invalidator {
                 }
             }
             Change::Refs => {
+                self.state.tree.views().refs_moved();
                 for node in self.state.tree.refs_changed() {
                     if let Some(i) = inodes.ino_of(&node) {
                         quiet(n.inval_inode(INodeNo(i), 0, 0));
@@ -958,6 +963,7 @@ impl Invalidator {
             Change::Overflow => {
                 log::warn!("inotify queue overflowed; invalidating every cached record");
                 self.state.tree.refs().invalidate();
+                self.state.tree.views().refs_moved();
                 for (ino, node) in inodes.backing_nodes() {
                     quiet(n.inval_inode(INodeNo(ino), 0, 0));
                     if let Node::Backing(b) = &node

@@ -19,7 +19,7 @@
 pub mod address;
 pub mod banner;
 pub mod reader;
-mod scan;
+pub(crate) mod scan;
 mod source;
 
 pub use address::{

@@ -412,10 +412,16 @@ impl Tree {
         deposits: &Deposits,
     ) -> Result<(), TreeError> {
         st.attempting();
-        match deposits
+        self.views.depositing(&d.agent);
+        let result = deposits
             .depositor
-            .deposit(&d.agent, &deposits.sender, st.buf())
-        {
+            .deposit(&d.agent, &deposits.sender, st.buf());
+        let published = result
+            .as_ref()
+            .ok()
+            .map(|done| (done.published.name.as_str(), done.published.ino));
+        self.views.deposited(&d.agent, &deposits.sender, published);
+        match result {
             Ok(done) => {
                 log::info!(
                     "{}: deposited as {} ({} bytes, wake: {:?})",

@@ -13,6 +13,7 @@
 //! | `inbox/<id>/` | [`backing`], [`inbox`] | pending deposits, and messages being written |
 //! | `agents/<id>/...`, `marks/<kind>/<id>`, `names/<Name>` | [`git`] | branches, marks, names |
 //! | `steps/<id>/latest`, `transcript.md`, `<NNN>/response.md` | [`records`] | an agent's records as text |
+//! | `status`, `status.json`, `events`, `events.ndjson` | [`views`] | every agent at a glance, what happened |
 //!
 //! A path is parsed once into a typed [`Node`] (see [`node`]); each family's module
 //! answers every operation on its nodes, and this module only dispatches. Content is
@@ -28,9 +29,12 @@ mod git;
 mod inbox;
 mod node;
 mod records;
+mod views;
 
 pub use error::{ErrorKind, TreeError};
-pub use node::{Backed, Capture, DraftNode, GitNode, Node, Place, RecordView, TOP_LEVEL};
+pub use node::{
+    Backed, Capture, DraftNode, GitNode, MARKS_DIR, Node, Place, RecordView, TOP_LEVEL, ViewFile,
+};
 pub use records::{DEFAULT_RECORDS_CACHE_BYTES, LATEST, RESPONSE_MD, TRANSCRIPT_MD, derived_from};
 
 use std::collections::BTreeMap;
@@ -45,6 +49,7 @@ use parking_lot::Mutex;
 use crate::deposit::Depositor;
 use crate::paging::{CaptureKey, PageCache, Stream};
 use crate::records::Records;
+use crate::views::Views;
 use crate::watch::Watcher;
 use crate::witness::Witness;
 use crate::workspace::Workspace;
@@ -198,6 +203,8 @@ pub enum Content {
         key: CaptureKey,
         closed: bool,
     },
+    /// One rendering of the events log, read at an offset as it grows.
+    Log(crate::views::Rendering),
 }
 
 /// What deposits through the mount need: the engine and who they come from.
@@ -235,6 +242,8 @@ pub struct Tree {
     /// kernel keeps a directory's listing until it sees a new mtime. An invalidation
     /// alone can lose to a listing reply already on its way.
     agents_changed: Mutex<crate::FastMap<String, SystemTime>>,
+    /// `status` and the events ([`crate::views`]).
+    views: Arc<Views>,
     /// Who holds a draft at a close (`None` off a mount: every close is then the last).
     witness: Option<Witness>,
     /// The threads inside a close of a draft now, with how many closes each: a holder
@@ -267,6 +276,7 @@ impl Tree {
             .map_err(|e| TreeError::io(ws.root().display().to_string(), e))?;
         let refs = Refs::open(&ws.repo_dir()).map_err(|e| TreeError::git("repo.git", e))?;
         Ok(Self {
+            views: Views::new(ws.root(), None),
             ws,
             backing,
             refs,
@@ -324,6 +334,7 @@ impl Tree {
 
     pub fn confined_to(mut self, id: &str) -> Self {
         self.confined = Some(id.to_string());
+        self.views = Views::new(self.ws.root(), Some(id));
         self
     }
 
@@ -332,6 +343,11 @@ impl Tree {
         self.pages = PageCache::new(bytes);
         self.records = Records::new(bytes);
         self
+    }
+
+    /// `status` and the events; [`Views::start`] starts following the workspace.
+    pub fn views(&self) -> &Arc<Views> {
+        &self.views
     }
 
     pub fn pages(&self) -> &PageCache {
@@ -402,6 +418,7 @@ impl Tree {
             Node::Git(g) => self.git_attr_in(&*self.snapshot()?, node, g),
             Node::Draft(d) => self.draft_attr(node, d),
             Node::Record(v) => self.record_attr(node, v),
+            Node::View(v) => Ok(self.view_attr(node, *v)),
         }
     }
 
@@ -489,6 +506,8 @@ impl Tree {
         let b = match node {
             Node::Backing(b) => b,
             Node::Record(v) => return self.record_ttl(v).unwrap_or(SHORT_TTL),
+            // A snapshot per open, a log that grows: the kernel keeps nothing.
+            Node::View(_) => return NO_TTL,
             _ => return SHORT_TTL,
         };
         // An inbox directory's listing also changes with drafts, which no watch reports;
@@ -514,7 +533,7 @@ impl Tree {
             Node::Root => Node::top(name).ok_or_else(|| TreeError::not_found(parent.join(name))),
             Node::Backing(b) => self.backing_child(parent, b, name),
             Node::Git(g) => git::child(parent, g, name),
-            Node::Capture(_) | Node::Draft(_) | Node::Record(_) => {
+            Node::Capture(_) | Node::Draft(_) | Node::Record(_) | Node::View(_) => {
                 Err(TreeError::new(parent.path(), ErrorKind::NotDir))
             }
         }
@@ -545,7 +564,7 @@ impl Tree {
             Node::Root => self.list_root(),
             Node::Backing(b) => self.backing_list(node, b),
             Node::Git(g) => self.git_list(node, g),
-            Node::Capture(_) | Node::Draft(_) | Node::Record(_) => {
+            Node::Capture(_) | Node::Draft(_) | Node::Record(_) | Node::View(_) => {
                 Err(TreeError::new(node.path(), ErrorKind::NotDir))
             }
         }
@@ -612,7 +631,11 @@ impl Tree {
             // It grows (a response being streamed) or may differ from the size the
             // kernel last saw (a transcript whose tip moved): reads ask the daemon.
             Content::Response { .. } => opened.direct_io = true,
-            Content::Bytes(_) if matches!(node, Node::Record(_)) => opened.direct_io = true,
+            Content::Bytes(_) if matches!(node, Node::Record(_) | Node::View(_)) => {
+                opened.direct_io = true
+            }
+            // The log grows under the reader: every read asks for the current end.
+            Content::Log(_) => opened.direct_io = true,
             Content::Bytes(_) | Content::Stream { .. } => {}
         }
         Ok(opened)
@@ -627,6 +650,7 @@ impl Tree {
             Node::Git(g) => self.git_open(node, g),
             Node::Draft(d) => self.draft(node, d).map(Content::Draft),
             Node::Record(v) => self.record_open(node, v),
+            Node::View(v) => Ok(self.view_open(*v)),
         }
     }
 
@@ -657,6 +681,7 @@ impl Tree {
             Content::Response { file, key, closed } => {
                 self.read_response(node, file, *key, *closed, offset, size)
             }
+            Content::Log(r) => self.read_log(node, *r, offset, size),
         }
     }
 

@@ -12,12 +12,14 @@
 //! | [`Node::Git`] | `agents/`, `marks/`, `names/` | [`super::git`] |
 //! | [`Node::Draft`] | a message being written in `inbox/<id>/` | [`super::inbox`] |
 //! | [`Node::Record`] | readable views of an agent's records (`steps/<id>/latest`) | [`super::records`] |
+//! | [`Node::View`] | `status`, `status.json`, `events`, `events.ndjson` at the root | [`super::views`] |
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use crate::paging::address::{OUTPUT_FILE, TOOLS_DIR};
 use crate::paging::{Address, RecordPath, Stream};
+use crate::views::{EVENTS, EVENTS_NDJSON, STATUS, STATUS_JSON};
 use crate::workspace::steps::step_number;
 use crate::workspace::{AGENTS_DIR, INBOX_DIR, STEPS_DIR};
 use std::os::unix::ffi::OsStrExt;
@@ -27,8 +29,19 @@ pub const MARKS_DIR: &str = "marks";
 /// The virtual directory of name symlinks (`names/<Name>`).
 pub const NAMES_DIR: &str = "names";
 
-/// The mount root's entries, in listing order.
-pub const TOP_LEVEL: [&str; 5] = [AGENTS_DIR, INBOX_DIR, MARKS_DIR, NAMES_DIR, STEPS_DIR];
+/// The mount root's entries, in listing order: the workspace's own, then the views
+/// (none of which litany writes at a workspace root, CONTRACT §1.2).
+pub const TOP_LEVEL: [&str; 9] = [
+    AGENTS_DIR,
+    INBOX_DIR,
+    MARKS_DIR,
+    NAMES_DIR,
+    STEPS_DIR,
+    STATUS,
+    STATUS_JSON,
+    EVENTS,
+    EVENTS_NDJSON,
+];
 
 /// A node of the view.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -39,6 +52,27 @@ pub enum Node {
     Git(GitNode),
     Draft(DraftNode),
     Record(RecordView),
+    View(ViewFile),
+}
+
+/// The files at the root that show the workspace at a glance ([`crate::views`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ViewFile {
+    Status,
+    StatusJson,
+    Events,
+    EventsNdjson,
+}
+
+impl ViewFile {
+    pub fn name(self) -> &'static str {
+        match self {
+            ViewFile::Status => STATUS,
+            ViewFile::StatusJson => STATUS_JSON,
+            ViewFile::Events => EVENTS,
+            ViewFile::EventsNdjson => EVENTS_NDJSON,
+        }
+    }
 }
 
 /// Views derived from an agent's step records, under `steps/<id>/`, where litany writes
@@ -254,6 +288,10 @@ impl Node {
             AGENTS_DIR => Node::Git(GitNode::AgentsRoot),
             MARKS_DIR => Node::Git(GitNode::MarksRoot),
             NAMES_DIR => Node::Git(GitNode::NamesRoot),
+            STATUS => Node::View(ViewFile::Status),
+            STATUS_JSON => Node::View(ViewFile::StatusJson),
+            EVENTS => Node::View(ViewFile::Events),
+            EVENTS_NDJSON => Node::View(ViewFile::EventsNdjson),
             _ => return None,
         })
     }
@@ -287,6 +325,7 @@ impl Node {
             Node::Record(RecordView::Transcript { agent }) => {
                 format!("{STEPS_DIR}/{agent}/{}", super::records::TRANSCRIPT_MD)
             }
+            Node::View(v) => v.name().into(),
         }
     }
 

@@ -64,7 +64,17 @@ fn root_lists_the_workspace_layout() {
     let (_t, _f, tree) = setup(Flavour::Litany);
     assert_eq!(
         names(&tree, ""),
-        ["agents", "inbox", "marks", "names", "steps"]
+        [
+            "agents",
+            "inbox",
+            "marks",
+            "names",
+            "steps",
+            "status",
+            "status.json",
+            "events",
+            "events.ndjson"
+        ]
     );
     assert!(matches!(
         resolve(&tree, "repo.git"),
@@ -400,6 +410,78 @@ fn a_deleted_agent_is_reported_even_after_a_request_reread_the_refs() {
     assert!(changed.contains(&dir), "{changed:?}");
     // Reported once: nothing more changed since.
     assert!(tree.refs_changed().is_empty());
+}
+
+#[test]
+fn the_views_are_fresh_at_every_open_and_the_events_grow() {
+    let (_t, f, tree) = setup(Flavour::Litany);
+    let status = String::from_utf8(read(&tree, "status")).unwrap();
+    let lines: Vec<&str> = status.lines().collect();
+    assert!(lines[0].starts_with("NAME "), "{status}");
+    assert!(
+        lines[1].starts_with("Alpha ") && lines[1].contains(A),
+        "{status}"
+    );
+    assert!(lines[1].contains(" pending "), "{status}");
+    let json: serde_json::Value = serde_json::from_slice(&read(&tree, "status.json")).unwrap();
+    assert_eq!(json[0]["id"], A);
+    assert_eq!(json[0]["pending"], 1);
+    assert_eq!(json[0]["marks"], serde_json::json!(["cwd", "returned"]));
+    // A new agent shows at the next open.
+    f.agent("20261202T094300Z-00000001", Some("Gamma"), &[])
+        .unwrap();
+    tree.refs().invalidate();
+    std::thread::sleep(crate::workspace::refs::SNAPSHOT_MAX_AGE);
+    let again = String::from_utf8(read(&tree, "status")).unwrap();
+    assert!(again.contains("Gamma"), "{again}");
+    for name in ["status", "events"] {
+        let (node, attr) = resolve(&tree, name).unwrap();
+        assert_eq!(tree.ttl(&node, &attr), NO_TTL, "{name}");
+        let opened = tree.open(&node, &attr.identity, OpenMode::Read).unwrap();
+        assert!(opened.direct_io && !opened.keep_cache, "{name}");
+    }
+    // Writing to a view is refused.
+    let (node, attr) = resolve(&tree, "events").unwrap();
+    assert!(
+        tree.open(
+            &node,
+            &attr.identity,
+            OpenMode::Write {
+                truncate: false,
+                by: 1
+            }
+        )
+        .is_err()
+    );
+
+    // Once followed, the history shows, and the size is the log's.
+    tree.views().start();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let (node, _) = resolve(&tree, "events").unwrap();
+    while tree.getattr(&node).unwrap().size == 0 {
+        assert!(std::time::Instant::now() < deadline, "no history");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let events = String::from_utf8(read(&tree, "events")).unwrap();
+    assert_eq!(tree.getattr(&node).unwrap().size, events.len() as u64);
+    assert!(events.contains(" agent-created Alpha "), "{events}");
+    assert!(
+        events.contains(" message-deposited Alpha from=user "),
+        "{events}"
+    );
+    let before = events.len();
+    f.step(A, 2, &[("request.json", b"{}")]).unwrap();
+    while tree.getattr(&node).unwrap().size == before as u64 {
+        assert!(std::time::Instant::now() < deadline, "no live event");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let events = String::from_utf8(read(&tree, "events")).unwrap();
+    assert!(
+        events[before..].contains(&format!(" step-started Alpha step=002 steps/{A}/002\n")),
+        "{events}"
+    );
+    let ndjson = String::from_utf8(read(&tree, "events.ndjson")).unwrap();
+    assert_eq!(ndjson.lines().count(), events.lines().count());
 }
 
 /// A tree that takes deposits and decides closes from a stand-in `/proc`.

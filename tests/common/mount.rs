@@ -9,11 +9,17 @@ use std::time::{Duration, Instant};
 pub const BIN: &str = env!("CARGO_BIN_EXE_litanyfs");
 
 pub fn litanyfs(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env("RUST_LOG", "litanyfs=debug")
-        .output()
-        .expect("run litanyfs")
+    litanyfs_env(args, &[])
+}
+
+/// [`litanyfs`] with `env` added to the daemon's environment.
+pub fn litanyfs_env(args: &[&std::ffi::OsStr], env: &[(&str, &std::ffi::OsStr)]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).env("RUST_LOG", "litanyfs=debug");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run litanyfs")
 }
 
 pub struct Mounted {
@@ -29,6 +35,12 @@ impl Mounted {
     }
 
     pub fn with_args(ws: &Path, extra: &[&str]) -> Self {
+        Self::with_env(ws, extra, &[])
+    }
+
+    /// [`Mounted::with_args`] with `env` added to the daemon's environment (such as the
+    /// `LITANY_HOME` the drivers it launches need).
+    pub fn with_env(ws: &Path, extra: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let mnt = dir.path().join("mnt");
         let log = dir.path().join("daemon.log");
@@ -38,7 +50,7 @@ impl Mounted {
         args.push("--log-file".as_ref());
         args.push(log.as_os_str());
         args.extend(extra.iter().map(|s| std::ffi::OsStr::new(*s)));
-        let out = litanyfs(&args);
+        let out = litanyfs_env(&args, env);
         let m = Self {
             mnt,
             log,

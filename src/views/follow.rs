@@ -1,0 +1,582 @@
+//! The follower: turns workspace changes into events by diffing two [`Model`]s.
+//!
+//! Guarantees: an event is emitted for a difference between the model last seen and the
+//! one just gathered, never for a change notice itself, so a notice lost (an inotify
+//! overflow, a directory nobody watched) costs only latency, never an event; and a fact
+//! seen once is never reported again, so no event is emitted twice. Steps that started
+//! and ended between two looks are read in full when the next look sees the jump.
+//! Deposits made through this mount are reported by the deposit hook itself
+//! ([`super::Views::deposited`]) and skipped here.
+
+use std::collections::BTreeSet;
+
+use git2::Oid;
+
+use super::event::Event;
+use super::model::{Agent, Meta, Model, Scanner, Step, StepState, Tool};
+use crate::workspace::ids::parent_of;
+
+/// The most commits walked back along a branch to find the messages it delivered.
+pub const DELIVERY_WALK: usize = 1000;
+/// The subject prefix of the commit that adds transcript entry `NNN`.
+const TRANSCRIPT_SUBJECT: &str = "transcript ";
+/// The extension of a delivered message in `messages/`.
+const MESSAGE_EXT: &str = ".md";
+
+/// Everything that happened between `old` and `new`, in the order found. `skip` says
+/// whether a deposit `(recipient, file, inode)` was already reported (through this
+/// mount).
+pub fn diff(
+    old: &Model,
+    new: &Model,
+    scanner: &mut Scanner,
+    skip: &mut dyn FnMut(&str, &str, u64) -> bool,
+) -> Vec<Event> {
+    let at = new.at;
+    let mut out = Vec::new();
+    for id in new.agents.keys() {
+        if !old.agents.contains_key(id) {
+            out.push(Event::agent_created(at, id, parent_of(id)));
+        }
+    }
+    for ((kind, id), m) in &new.marks {
+        if old.marks.get(&(kind.clone(), id.clone())) != Some(m) {
+            out.push(Event::mark_set(at, id, kind, m.value.as_deref()));
+        }
+    }
+    for (kind, id) in old.marks.keys() {
+        if !new.marks.contains_key(&(kind.clone(), id.clone())) {
+            out.push(Event::mark_cleared(at, id, kind));
+        }
+    }
+    for (id, a) in &new.agents {
+        let before = old.agents.get(id);
+        agent(id, before, a, at, scanner, skip, &mut out);
+    }
+    for id in old.agents.keys() {
+        if !new.agents.contains_key(id) {
+            out.push(Event::agent_deleted(at, id));
+        }
+    }
+    for e in &mut out {
+        let name = new.name(&e.agent).or_else(|| old.name(&e.agent));
+        e.name = name.map(str::to_string);
+    }
+    out
+}
+
+fn agent(
+    id: &str,
+    before: Option<&Agent>,
+    a: &Agent,
+    at: i64,
+    scanner: &mut Scanner,
+    skip: &mut dyn FnMut(&str, &str, u64) -> bool,
+    out: &mut Vec<Event>,
+) {
+    // Steps: the old latest to its end, every step after it, the new latest as it is.
+    let old_latest = before.and_then(|b| b.latest.as_ref());
+    let old_running = before.is_some_and(|b| b.running);
+    if let Some(new_latest) = &a.latest {
+        match old_latest {
+            Some(o) if o.number == new_latest.number => step(
+                id,
+                Some((o, true, old_running)),
+                new_latest,
+                true,
+                a.running,
+                at,
+                out,
+            ),
+            _ => {
+                let from = old_latest.map(|o| o.number);
+                if let Some(o) = old_latest
+                    && a.steps.contains_key(&o.number)
+                {
+                    let now = scanner.step(id, o.number, &o.dir);
+                    step(
+                        id,
+                        Some((o, true, old_running)),
+                        &now,
+                        false,
+                        a.running,
+                        at,
+                        out,
+                    );
+                }
+                // A step directory that went away (or a lower one now the highest) is
+                // not a new step; only numbers above the old latest are.
+                let after = from.map_or(0, |f| f.saturating_add(1));
+                if after < new_latest.number {
+                    for (n, dir) in a.steps.range(after..new_latest.number) {
+                        let s = scanner.step(id, *n, dir);
+                        step(id, None, &s, false, a.running, at, out);
+                    }
+                }
+                if from.is_some_and(|f| f >= new_latest.number) {
+                    return deposits_and_deliveries(id, before, a, at, scanner, skip, out);
+                }
+                step(id, None, new_latest, true, a.running, at, out);
+            }
+        }
+    }
+    deposits_and_deliveries(id, before, a, at, scanner, skip, out);
+}
+
+fn deposits_and_deliveries(
+    id: &str,
+    before: Option<&Agent>,
+    a: &Agent,
+    at: i64,
+    scanner: &mut Scanner,
+    skip: &mut dyn FnMut(&str, &str, u64) -> bool,
+    out: &mut Vec<Event>,
+) {
+    // Deposits: every (name, mtime) not seen before.
+    for ((file, mtime), p) in &a.pending {
+        let seen = before.is_some_and(|b| b.pending.contains_key(&(file.clone(), *mtime)));
+        if !seen && !skip(id, file, p.ino) {
+            out.push(Event::message_deposited(at, id, &p.sender, file, false));
+        }
+    }
+    // Deliveries: transcript commits between the old tip and the new.
+    if let Some(b) = before
+        && b.tip != a.tip
+    {
+        out.extend(deliveries(
+            scanner,
+            id,
+            a.tip,
+            Some(b.tip),
+            DELIVERY_WALK,
+            |_| at,
+        ));
+    }
+}
+
+/// The messages delivered to `id` on its branch from `tip` back to `stop` (or `limit`
+/// commits), oldest first; each timed by `time(author_time)`.
+pub fn deliveries(
+    scanner: &Scanner,
+    id: &str,
+    tip: Oid,
+    stop: Option<Oid>,
+    limit: usize,
+    time: impl Fn(i64) -> i64,
+) -> Vec<Event> {
+    let mut walked = 0;
+    let log = scanner.refs().first_parent_log(tip, &mut |c| {
+        walked += 1;
+        Some(c) == stop || walked > limit
+    });
+    let Ok((log, ended)) = log else {
+        return Vec::new();
+    };
+    // A walk that never met `stop` went through rewritten history (a compaction landing
+    // replays the branch): an entry the old tip already had was delivered before.
+    let rewritten = stop.filter(|s| ended != Some(*s));
+    let suffix = format!(" [{id}]");
+    let mut out = Vec::new();
+    for c in log.iter().rev() {
+        let Some((number, origin)) = c
+            .summary
+            .strip_prefix(TRANSCRIPT_SUBJECT)
+            .and_then(|r| r.strip_suffix(&suffix))
+            .and_then(|r| r.split_once(": "))
+        else {
+            continue;
+        };
+        let entry = format!("{number}-{origin}{MESSAGE_EXT}");
+        let had = |tip: Oid| {
+            matches!(
+                scanner.refs().entry_at(tip, &["messages", &entry]),
+                Ok(Some(_))
+            )
+        };
+        if rewritten.is_some_and(had) {
+            continue;
+        }
+        if had(c.id) {
+            out.push(Event::message_delivered(
+                time(c.author_time),
+                id,
+                origin,
+                &entry,
+            ));
+        }
+    }
+    out
+}
+
+/// The events of one step between what was seen (`old`: the step, whether it was the
+/// latest, whether the agent ran) and what is seen now.
+pub fn step(
+    id: &str,
+    old: Option<(&Step, bool, bool)>,
+    s: &Step,
+    latest: bool,
+    running: bool,
+    at: i64,
+    out: &mut Vec<Event>,
+) {
+    let dir = &s.dir;
+    if old.is_none() {
+        out.push(Event::step_started(at, id, dir));
+    }
+    for (t, tool) in &s.tools {
+        let was = old.and_then(|(o, _, _)| Some((o.tools.get(t)?, o)));
+        tool_events(id, dir, t, was, (tool, s), at, out);
+    }
+    let old_odd: BTreeSet<&String> = old
+        .map(|(o, _, _)| o.odd_tools.iter().collect())
+        .unwrap_or_default();
+    for odd in &s.odd_tools {
+        if !old_odd.contains(odd) {
+            let path = format!("{}/{id}/{dir}/tools/{odd}", crate::workspace::STEPS_DIR);
+            out.push(Event::bad_record(at, id, &path, "the tool id is not UTF-8"));
+        }
+    }
+    let was = old.map(|(o, l, r)| o.state(l, r));
+    let now = s.state(latest, running);
+    if was == Some(now) && old.is_some_and(|(o, _, _)| o.meta == s.meta) {
+        return;
+    }
+    match (&s.meta, now) {
+        (Meta::Done { .. }, _) => {
+            let f = s.finish.clone().unwrap_or_default();
+            out.push(Event::step_finished(
+                at,
+                id,
+                dir,
+                f.reason.as_deref(),
+                f.output_tokens,
+            ));
+        }
+        (Meta::Bad(why), _) => {
+            let path = format!("{}/{id}/{dir}/meta.json", crate::workspace::STEPS_DIR);
+            out.push(Event::bad_record(at, id, &path, why));
+        }
+        (Meta::Missing, StepState::Failed) if was != Some(StepState::Failed) => {
+            let why = if latest {
+                "no meta.json and no executor holds the lock"
+            } else {
+                "no meta.json and a later step began"
+            };
+            out.push(Event::step_failed(at, id, dir, why));
+        }
+        _ => {}
+    }
+}
+
+/// Why a tool record is bad, once that is settled: no or an unreadable `input.json` is
+/// only odd once the tool or its step has finished (before, it may be on its way, written
+/// via `input.json.tmp`).
+fn input_bad<'a>(tool: &'a Tool, step: &Step) -> Option<&'a str> {
+    let settled = tool.output.is_some() || !matches!(step.meta, Meta::Missing);
+    match &tool.input {
+        Err(why) if settled => Some(why),
+        _ => None,
+    }
+}
+
+fn tool_events(
+    id: &str,
+    dir: &str,
+    t: &str,
+    old: Option<(&Tool, &Step)>,
+    (tool, s): (&Tool, &Step),
+    at: i64,
+    out: &mut Vec<Event>,
+) {
+    let path = format!("{}/{id}/{dir}/tools/{t}", crate::workspace::STEPS_DIR);
+    if let (Ok((name, summary)), false) = (&tool.input, old.is_some_and(|(o, _)| o.input.is_ok())) {
+        out.push(Event::tool_started(at, id, dir, t, name, summary));
+    }
+    if let Some(why) = input_bad(tool, s)
+        && old.is_none_or(|(o, os)| input_bad(o, os).is_none())
+    {
+        out.push(Event::bad_record(at, id, &path, why));
+    }
+    match (&tool.output, old.and_then(|(o, _)| o.output.as_ref())) {
+        (Some(Ok(o)), None | Some(Err(_))) => out.push(Event::tool_finished(
+            at,
+            id,
+            dir,
+            t,
+            o.exit_code,
+            o.stdout_bytes,
+            o.stderr_bytes,
+        )),
+        (Some(Err(why)), None) => out.push(Event::bad_record(
+            at,
+            id,
+            &format!("{path}/output.json"),
+            why,
+        )),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixture::Fixture;
+    use crate::views::event::Kind;
+    use crate::workspace::refs::Flavour;
+
+    fn kinds(events: &[Event]) -> Vec<(&'static str, String)> {
+        events
+            .iter()
+            .map(|e| (e.kind.as_str(), e.path.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn differences_become_events_once() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        let mut s = Scanner::new(f.root()).unwrap();
+        let mut never = |_: &str, _: &str, _: u64| false;
+        let m0 = s.scan();
+
+        f.agent("r1", Some("Alpha"), &[]).unwrap();
+        f.step("r1", 1, &[("request.json", b"{}"), ("response.json", b"")])
+            .unwrap();
+        f.step(
+            "r1",
+            1,
+            &[(
+                "tools/toolu_1/input.json",
+                br#"{"id":"toolu_1","name":"bash","input":{"command":"seq 3"}}"#,
+            )],
+        )
+        .unwrap();
+        let m1 = s.scan();
+        let e1 = diff(&m0, &m1, &mut s, &mut never);
+        assert_eq!(
+            kinds(&e1),
+            vec![
+                ("agent-created", "agents/r1".into()),
+                ("step-started", "steps/r1/001".into()),
+                (
+                    "tool-started",
+                    "steps/r1/001/tools/toolu_1/input.json".into()
+                ),
+                // Nobody holds the lock: a step without meta.json has failed.
+                ("step-failed", "steps/r1/001".into()),
+            ]
+        );
+        assert!(e1.iter().all(|e| e.name.as_deref() == Some("Alpha")));
+        // Nothing changed: nothing to say.
+        let m1b = s.scan();
+        assert!(diff(&m1, &m1b, &mut s, &mut never).is_empty());
+
+        f.step(
+            "r1",
+            1,
+            &[(
+                "tools/toolu_1/output.json",
+                &Fixture::tool_output("1\n2\n3\n", "", 0),
+            )],
+        )
+        .unwrap();
+        f.step(
+            "r1",
+            1,
+            &[
+                (
+                    "response.json",
+                    b"{\"type\":\"finish\",\"reason\":\"tool_use\"}\n",
+                ),
+                ("meta.json", b"{}"),
+            ],
+        )
+        .unwrap();
+        // Step 2 started and ended between two looks; step 3 is under way.
+        f.step("r1", 2, &[("meta.json", b"{}")]).unwrap();
+        f.step("r1", 3, &[("request.json", b"{}")]).unwrap();
+        f.blob_mark(
+            "held",
+            "r1",
+            br#"{"tool_use_id":"t","tool":"bash","reason":"r"}"#,
+        )
+        .unwrap();
+        f.inbox_file(
+            "r1",
+            "user-001.md",
+            b"---\nfrom: user\ndeposited_at: 2026-12-02T09:42:51Z\n---\nhi",
+        )
+        .unwrap();
+        let m2 = s.scan();
+        let e2 = diff(&m1b, &m2, &mut s, &mut never);
+        assert_eq!(
+            kinds(&e2),
+            vec![
+                ("mark-set", "marks/held/r1".into()),
+                (
+                    "tool-finished",
+                    "steps/r1/001/tools/toolu_1/output.json".into()
+                ),
+                ("step-finished", "steps/r1/001".into()),
+                ("step-started", "steps/r1/002".into()),
+                ("step-finished", "steps/r1/002".into()),
+                ("step-started", "steps/r1/003".into()),
+                ("step-failed", "steps/r1/003".into()),
+                ("message-deposited", "inbox/r1/user-001.md".into()),
+            ]
+        );
+        let fin = &e2[1];
+        assert_eq!(fin.field("stdout_bytes"), Some(&6.into()));
+        assert_eq!(e2[2].field("finish"), Some(&"tool_use".into()));
+        // A deposit the mount already reported is skipped.
+        f.inbox_file("r1", "user-002.md", b"x").unwrap();
+        let m3 = s.scan();
+        let mut ours = |a: &str, file: &str, _: u64| a == "r1" && file == "user-002.md";
+        let e3 = diff(&m2, &m3, &mut s, &mut ours);
+        assert!(e3.is_empty(), "{:?}", kinds(&e3));
+
+        // A delivery: the deposit leaves, a transcript commit adds it.
+        std::fs::remove_file(f.inbox("r1").join("user-001.md")).unwrap();
+        let tree = f
+            .tree(&[("name", b"Alpha\n"), ("messages/005-user.md", b"hi")])
+            .unwrap();
+        f.commit("refs/heads/agents/r1", tree, "transcript 005: user [r1]")
+            .unwrap();
+        f.delete_mark("held", "r1").unwrap();
+        f.agent("r1-c-x", None, &[]).unwrap();
+        let m4 = s.scan();
+        let e4 = diff(&m3, &m4, &mut s, &mut never);
+        assert_eq!(
+            kinds(&e4),
+            vec![
+                ("agent-created", "agents/r1-c-x".into()),
+                ("mark-cleared", String::new()),
+                ("message-delivered", "agents/r1/messages/005-user.md".into()),
+            ]
+        );
+        assert_eq!(e4[0].field("parent"), Some(&"r1".into()));
+        f.delete_agent("r1-c-x").unwrap();
+        let m5 = s.scan();
+        let e5 = diff(&m4, &m5, &mut s, &mut never);
+        assert_eq!(e5.len(), 1);
+        assert_eq!(e5[0].kind, Kind::AgentDeleted);
+    }
+
+    #[test]
+    fn a_step_directory_that_goes_away_is_no_new_step() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent("r1", None, &[]).unwrap();
+        f.step("r1", 3, &[("meta.json", b"{}")]).unwrap();
+        f.step("r1", 4, &[("meta.json", b"{}")]).unwrap();
+        let mut s = Scanner::new(f.root()).unwrap();
+        let mut never = |_: &str, _: &str, _: u64| false;
+        let m0 = s.scan();
+        std::fs::remove_dir_all(f.step_dir("r1", 4)).unwrap();
+        let m1 = s.scan();
+        assert!(diff(&m0, &m1, &mut s, &mut never).is_empty());
+        // It comes back: a new directory, so a new step.
+        f.step("r1", 4, &[("meta.json", b"{}")]).unwrap();
+        let m2 = s.scan();
+        let k = kinds(&diff(&m1, &m2, &mut s, &mut never));
+        assert_eq!(k[0], ("step-started", "steps/r1/004".into()), "{k:?}");
+    }
+
+    #[test]
+    fn a_burst_of_ten_thousand_deposits_is_ten_thousand_events_once() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent("r1", None, &[]).unwrap();
+        let mut s = Scanner::new(f.root()).unwrap();
+        let mut never = |_: &str, _: &str, _: u64| false;
+        let m0 = s.scan();
+        for i in 1..=10_000 {
+            f.inbox_file("r1", &format!("user-{i:03}.md"), b"---\nfrom: user\n---\nx")
+                .unwrap();
+        }
+        let m1 = s.scan();
+        let e = diff(&m0, &m1, &mut s, &mut never);
+        assert_eq!(e.len(), 10_000);
+        let files: BTreeSet<&str> = e.iter().filter_map(|e| e.path.as_deref()).collect();
+        assert_eq!(files.len(), 10_000, "each once");
+        let log = crate::views::EventLog::new();
+        log.append(&e);
+        let text = log
+            .read(crate::views::Rendering::Text, 0, u32::MAX)
+            .unwrap();
+        assert_eq!(text.iter().filter(|b| **b == b'\n').count(), 10_000);
+        assert!(diff(&m1, &s.scan(), &mut s, &mut never).is_empty());
+    }
+
+    #[test]
+    fn rewritten_history_delivers_only_what_is_new() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent("r1", None, &[]).unwrap();
+        let tree = f.tree(&[("messages/002-user.md", b"a")]).unwrap();
+        f.commit("refs/heads/agents/r1", tree, "transcript 002: user [r1]")
+            .unwrap();
+        let mut s = Scanner::new(f.root()).unwrap();
+        let mut never = |_: &str, _: &str, _: u64| false;
+        let m0 = s.scan();
+        // A compaction replays the branch: a new line of commits, the old entry kept.
+        let repo = f.repo();
+        let sig = git2::Signature::now("l", "l@l").unwrap();
+        let t1 = repo.find_tree(tree).unwrap();
+        let base = repo
+            .commit(None, &sig, &sig, "transcript 002: user [r1]", &t1, &[])
+            .unwrap();
+        let base = repo.find_commit(base).unwrap();
+        let t2 = f
+            .tree(&[
+                ("messages/002-user.md", b"a"),
+                ("messages/003-user.md", b"b"),
+            ])
+            .unwrap();
+        let t2 = repo.find_tree(t2).unwrap();
+        let tip = repo
+            .commit(None, &sig, &sig, "transcript 003: user [r1]", &t2, &[&base])
+            .unwrap();
+        repo.reference("refs/heads/agents/r1", tip, true, "replay")
+            .unwrap();
+        let m1 = s.scan();
+        let k = kinds(&diff(&m0, &m1, &mut s, &mut never));
+        assert_eq!(
+            k,
+            vec![("message-delivered", "agents/r1/messages/003-user.md".into())]
+        );
+    }
+
+    #[test]
+    fn bad_records_are_events() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent("r1", None, &[]).unwrap();
+        let mut s = Scanner::new(f.root()).unwrap();
+        let mut never = |_: &str, _: &str, _: u64| false;
+        let m0 = s.scan();
+        f.step(
+            "r1",
+            1,
+            &[("meta.json", b"{nope"), ("tools/t1/output.json", b"[]")],
+        )
+        .unwrap();
+        let m1 = s.scan();
+        let e = diff(&m0, &m1, &mut s, &mut never);
+        let k = kinds(&e);
+        assert!(
+            k.contains(&("bad-record", "steps/r1/001/tools/t1".into())),
+            "{k:?}"
+        );
+        assert!(
+            k.contains(&("bad-record", "steps/r1/001/tools/t1/output.json".into())),
+            "{k:?}"
+        );
+        assert!(
+            k.contains(&("bad-record", "steps/r1/001/meta.json".into())),
+            "{k:?}"
+        );
+        let m2 = s.scan();
+        assert!(diff(&m1, &m2, &mut s, &mut never).is_empty());
+    }
+}

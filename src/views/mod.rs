@@ -1,0 +1,502 @@
+//! The workspace at a glance: `status`, `status.json`, `events` and `events.ndjson` at
+//! the mount root, made here without FUSE.
+//!
+//! | module | what it decides |
+//! |---|---|
+//! | [`model`] | the facts: agents, names, marks, locks, inboxes, each agent's newest step |
+//! | [`status`] | the rows of `status` and their two renderings |
+//! | [`event`] | one event and its two renderings |
+//! | [`log`] | the bounded append-only log both events files read |
+//! | [`history`] | what happened before the mount, from the records |
+//! | [`follow`] | what happens while mounted, as differences between two models |
+//!
+//! [`Views`] ties them together. One thread, `litanyfs-events`, gathers the first
+//! model, hands it to a second, `litanyfs-history`, to reconstruct the past, and then
+//! rescans whenever [`Views::poke`] is called (the watcher's change reports) and at
+//! least every [`TICK`], so an event is seen within a second even in a directory nobody
+//! watches. Live events found while history is still being reconstructed wait and are
+//! appended after it, in order. Under `--agent ID` only what ID may see is logged.
+
+pub mod event;
+pub mod follow;
+pub mod history;
+pub mod log;
+pub mod model;
+pub mod status;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use event::{Event, Kind};
+use model::{Model, Scanner, now_secs};
+
+pub use log::{EventLog, Rendering};
+
+/// The longest the follower sleeps between two looks at the workspace.
+pub const TICK: Duration = Duration::from_millis(250);
+
+/// The subject prefix of a config commit (CONTRACT §2.4).
+const CONFIG_SUBJECT: &str = "config: ";
+
+/// A new agent branch that still points at its config commit is not there yet: litany
+/// creates `refs/heads/agents/<id>` at the config commit and moves it to the dispatch
+/// commit (which holds `goal.md` and the `name`) a moment later, so its creation is
+/// reported once it is born, with its name.
+fn hold_unborn_agents(scanner: &Scanner, old: &Model, next: &mut Model) {
+    let unborn: Vec<String> = next
+        .agents
+        .iter()
+        .filter(|(id, _)| !old.agents.contains_key(*id))
+        .filter(|(_, a)| {
+            // The tip alone: stop at its parent.
+            let mut seen = 0;
+            let log = scanner.refs().first_parent_log(a.tip, &mut |_| {
+                seen += 1;
+                seen > 1
+            });
+            log.is_ok_and(|(l, _)| {
+                l.first()
+                    .is_some_and(|c| c.summary.starts_with(CONFIG_SUBJECT))
+            })
+        })
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in unborn {
+        next.agents.remove(&id);
+    }
+}
+
+/// How long a deposit reported by the hook is remembered for the follower to skip.
+const REPORTED_KEEP: Duration = Duration::from_secs(60);
+
+/// The four files, by name.
+pub const STATUS: &str = "status";
+pub const STATUS_JSON: &str = "status.json";
+pub const EVENTS: &str = "events";
+pub const EVENTS_NDJSON: &str = "events.ndjson";
+
+/// The deposits made through this mount, so the follower neither races nor repeats
+/// them.
+#[derive(Default)]
+struct Deposits {
+    /// Recipients with a deposit under way: their inboxes are not diffed meanwhile.
+    busy: crate::FastMap<String, usize>,
+    /// (recipient, file, inode) already reported by the deposit hook, and when: kept
+    /// [`REPORTED_KEEP`] at most (a deposit drained before the follower looked is never
+    /// seen by it), so this stays small and a reused name is a new deposit.
+    reported: crate::FastMap<(String, String, u64), Instant>,
+    /// `woken` events of a recipient whose deposit is not reported yet: the wake runs on
+    /// a thread of its own and may launch before the deposit's close returns.
+    woken: Vec<Event>,
+}
+
+/// The views of one mount (module docs).
+pub struct Views {
+    root: std::path::PathBuf,
+    confined: Option<String>,
+    log: EventLog,
+    /// `Some` while history is being reconstructed: the live events found meanwhile.
+    waiting: Mutex<Option<Vec<Event>>>,
+    poked: Mutex<bool>,
+    wake: Condvar,
+    deposits: Mutex<Deposits>,
+    /// What `status` is gathered with; a second concurrent `status` uses a fresh one.
+    status_scanner: Mutex<Option<Scanner>>,
+    /// The last names seen, for events the hooks make.
+    names: Mutex<crate::FastMap<String, String>>,
+    /// Whether a watch reports every change to the refs ([`Views::refs_watched`]), and
+    /// whether one was reported since the follower last read them.
+    refs_watched: AtomicBool,
+    refs_moved: AtomicBool,
+    /// The length of the last `status` and `status.json` made: what a `stat` says
+    /// before an open makes a new one (reads are direct, so a reader always gets all).
+    status_lens: [AtomicU64; 2],
+}
+
+impl Views {
+    /// The views of the workspace at `root`, as agent `confined` may see them.
+    pub fn new(root: &Path, confined: Option<&str>) -> Arc<Self> {
+        Arc::new(Self {
+            root: root.to_path_buf(),
+            confined: confined.map(str::to_string),
+            log: EventLog::new(),
+            waiting: Mutex::new(Some(Vec::new())),
+            poked: Mutex::new(false),
+            wake: Condvar::new(),
+            deposits: Mutex::new(Deposits::default()),
+            status_scanner: Mutex::new(None),
+            names: Mutex::new(Default::default()),
+            status_lens: Default::default(),
+            refs_watched: AtomicBool::new(false),
+            refs_moved: AtomicBool::new(true),
+        })
+    }
+
+    pub fn log(&self) -> &EventLog {
+        &self.log
+    }
+
+    /// Starts the follower (module docs). Returns at once.
+    pub fn start(self: &Arc<Self>) {
+        let me = self.clone();
+        let started = std::thread::Builder::new()
+            .name("litanyfs-events".into())
+            .spawn(move || me.follow());
+        if let Err(e) = started {
+            ::log::error!("events: no follower thread ({e}); `events` stays empty");
+        }
+    }
+
+    /// From now on every change to the refs is told ([`Views::refs_moved`]), so the
+    /// follower need not read them at every look.
+    pub fn refs_watched(&self) {
+        self.refs_watched.store(true, Ordering::Relaxed);
+    }
+
+    /// The refs changed (or a watch overflowed): the next look reads them again.
+    pub fn refs_moved(&self) {
+        self.refs_moved.store(true, Ordering::Relaxed);
+        self.poke();
+    }
+
+    /// Something changed: look again now rather than at the next tick.
+    pub fn poke(&self) {
+        *self.poked.lock() = true;
+        self.wake.notify_one();
+    }
+
+    /// Whether the view may show `e` (module docs).
+    fn visible(&self, e: &Event) -> bool {
+        let Some(me) = &self.confined else {
+            return true;
+        };
+        let from = e.field("from").and_then(|v| v.as_str());
+        match e.kind {
+            Kind::AgentCreated
+            | Kind::AgentDeleted
+            | Kind::MarkSet
+            | Kind::MarkCleared
+            | Kind::LogFull => true,
+            Kind::MessageDeposited | Kind::MessageDelivered => {
+                e.agent == *me || from == Some(me.as_str())
+            }
+            Kind::StepStarted
+            | Kind::StepFinished
+            | Kind::StepFailed
+            | Kind::ToolStarted
+            | Kind::ToolFinished
+            | Kind::BadRecord
+            | Kind::Woken => e.agent == *me,
+        }
+    }
+
+    /// Logs live events, or keeps them until history is in.
+    fn emit(&self, events: Vec<Event>) {
+        let events: Vec<Event> = events.into_iter().filter(|e| self.visible(e)).collect();
+        if events.is_empty() {
+            return;
+        }
+        let mut waiting = self.waiting.lock();
+        match waiting.as_mut() {
+            Some(w) => w.extend(events),
+            None => self.log.append(&events),
+        }
+    }
+
+    /// Logs the reconstructed history, then what waited for it.
+    fn history_done(&self, history: Vec<Event>) {
+        let history: Vec<Event> = history.into_iter().filter(|e| self.visible(e)).collect();
+        let mut waiting = self.waiting.lock();
+        self.log.append(&history);
+        if let Some(w) = waiting.take() {
+            self.log.append(&w);
+        }
+        ::log::info!(
+            "events: {} events reconstructed from the records",
+            history.len()
+        );
+    }
+
+    fn named(&self, e: Event) -> Event {
+        let name = self.names.lock().get(&e.agent).cloned();
+        e.named(name.as_deref())
+    }
+
+    /// A deposit to `recipient` through this mount is about to be published.
+    pub fn depositing(&self, recipient: &str) {
+        *self
+            .deposits
+            .lock()
+            .busy
+            .entry(recipient.to_string())
+            .or_default() += 1;
+    }
+
+    /// The deposit [`Views::depositing`] announced is done: `(file, inode)` when it was
+    /// published (from `sender`), `None` when it failed.
+    pub fn deposited(&self, recipient: &str, sender: &str, published: Option<(&str, u64)>) {
+        let mut events = Vec::new();
+        if let Some((file, _)) = published {
+            let e = Event::message_deposited(now_secs(), recipient, sender, file, true);
+            events.push(self.named(e));
+        }
+        {
+            let mut d = self.deposits.lock();
+            if let Some((file, ino)) = published {
+                let now = Instant::now();
+                d.reported
+                    .retain(|_, at| now.duration_since(*at) < REPORTED_KEEP);
+                d.reported
+                    .insert((recipient.to_string(), file.to_string(), ino), now);
+            }
+            if let Some(n) = d.busy.get_mut(recipient) {
+                *n -= 1;
+                if *n == 0 {
+                    d.busy.remove(recipient);
+                    let (mine, rest) = std::mem::take(&mut d.woken)
+                        .into_iter()
+                        .partition(|e| e.agent == recipient);
+                    d.woken = rest;
+                    events.extend::<Vec<Event>>(mine);
+                }
+            }
+        }
+        self.emit(events);
+    }
+
+    /// litanyfs launched a driver (pid `pid`) for `agent`.
+    pub fn woken(&self, agent: &str, pid: u32) {
+        let e = self.named(Event::woken(now_secs(), agent, pid));
+        {
+            let mut d = self.deposits.lock();
+            if d.busy.contains_key(agent) {
+                d.woken.push(e);
+                return;
+            }
+        }
+        self.emit(vec![e]);
+    }
+
+    fn scanner(&self) -> Option<Scanner> {
+        Scanner::new(&self.root)
+            .map_err(|e| ::log::warn!("events: cannot read the workspace ({e})"))
+            .ok()
+    }
+
+    fn follow(self: Arc<Self>) {
+        let Some(mut scanner) = self.scanner() else {
+            return;
+        };
+        let mut model = scanner.scan();
+        self.remember_names(&model);
+        let first = model.clone();
+        let me = self.clone();
+        let started = std::thread::Builder::new()
+            .name("litanyfs-history".into())
+            .spawn(move || {
+                let t = std::time::Instant::now();
+                let one_pass = Scanner::one_pass(&me.root)
+                    .map_err(|e| ::log::warn!("events: cannot read the workspace ({e})"))
+                    .ok();
+                let events = match one_pass {
+                    Some(mut s) => {
+                        history::reconstruct(&first, &mut s, history::HISTORY_MAX_EVENTS)
+                    }
+                    None => Vec::new(),
+                };
+                ::log::debug!("events: history took {:?}", t.elapsed());
+                me.history_done(events);
+            });
+        if let Err(e) = started {
+            ::log::warn!("events: no history thread ({e}); only live events are shown");
+            self.history_done(Vec::new());
+        }
+        loop {
+            {
+                let mut poked = self.poked.lock();
+                if !*poked {
+                    self.wake.wait_for(&mut poked, TICK);
+                }
+                *poked = false;
+            }
+            if Arc::strong_count(&self) == 1 {
+                return;
+            }
+            // A bug here must not end the events: the look is abandoned, logged, and the
+            // next one starts from the workspace as it is then.
+            let looked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.look(&mut scanner, &model)
+            }));
+            model = match looked {
+                Ok(next) => next,
+                Err(_) => {
+                    ::log::error!("events: a rescan panicked; the changes it saw are not shown");
+                    scanner.scan()
+                }
+            };
+        }
+    }
+
+    /// One look: the workspace now, and its differences from `model` logged.
+    fn look(&self, scanner: &mut Scanner, model: &Model) -> Model {
+        let moved = self.refs_moved.swap(false, Ordering::Relaxed)
+            || !self.refs_watched.load(Ordering::Relaxed);
+        let mut next = scanner.scan_with(moved);
+        self.hold_busy_inboxes(model, &mut next);
+        hold_unborn_agents(scanner, model, &mut next);
+        let events = {
+            let mut skip = |recipient: &str, file: &str, ino: u64| {
+                self.deposits
+                    .lock()
+                    .reported
+                    .remove(&(recipient.to_string(), file.to_string(), ino))
+                    .is_some()
+            };
+            follow::diff(model, &next, scanner, &mut skip)
+        };
+        self.remember_names(&next);
+        self.emit(events);
+        next
+    }
+
+    /// An inbox with a deposit through this mount under way is taken as it was, so the
+    /// new file is reported once, by the hook, and not by the diff first.
+    fn hold_busy_inboxes(&self, old: &Model, next: &mut Model) {
+        let d = self.deposits.lock();
+        for id in d.busy.keys() {
+            if let (Some(o), Some(n)) = (old.agents.get(id), next.agents.get_mut(id)) {
+                n.pending.clone_from(&o.pending);
+            }
+        }
+    }
+
+    fn remember_names(&self, m: &Model) {
+        let mut names = self.names.lock();
+        names.clear();
+        for (id, a) in &m.agents {
+            if let Some(n) = &a.name {
+                names.insert(id.clone(), n.clone());
+            }
+        }
+    }
+
+    /// The model now, for `status`: gathered with the shared scanner when it is free,
+    /// else with a fresh one, so one slow `status` never waits for another.
+    fn model_now(&self) -> Model {
+        let mut shared = self.status_scanner.try_lock();
+        if let Some(slot) = shared.as_mut() {
+            if slot.is_none() {
+                **slot = self.scanner();
+            }
+            if let Some(s) = slot.as_mut() {
+                return s.scan();
+            }
+        }
+        drop(shared);
+        self.scanner().map(|mut s| s.scan()).unwrap_or_default()
+    }
+
+    /// `status` (`json: false`) or `status.json` now.
+    pub fn status(&self, json: bool) -> Vec<u8> {
+        let m = self.model_now();
+        let rows = status::rows(&m, self.confined.as_deref(), now_secs());
+        let bytes = if json {
+            status::json(&rows).into_bytes()
+        } else {
+            status::text(&rows).into_bytes()
+        };
+        self.status_lens[usize::from(json)].store(bytes.len() as u64, Ordering::Relaxed);
+        bytes
+    }
+
+    /// The length of the last `status` (`json: false`) or `status.json` made.
+    pub fn status_len(&self, json: bool) -> u64 {
+        self.status_lens[usize::from(json)].load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixture::Fixture;
+    use crate::workspace::refs::Flavour;
+
+    fn lines(v: &Views) -> Vec<String> {
+        let bytes = v.log().read(Rendering::Text, 0, u32::MAX).unwrap();
+        String::from_utf8(bytes)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn live_events_wait_for_history_and_wakes_for_their_deposit() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent("r1", Some("Alpha"), &[]).unwrap();
+        let v = Views::new(f.root(), None);
+        v.remember_names(&Scanner::new(f.root()).unwrap().scan());
+        // Found while history is still being made: held back.
+        v.depositing("r1");
+        v.woken("r1", 42);
+        assert!(v.log().is_empty());
+        v.deposited("r1", "user", Some(("user-001.md", 7)));
+        assert!(v.log().is_empty(), "history first");
+        v.history_done(vec![Event::agent_created(1, "r1", None)]);
+        let l = lines(&v);
+        assert_eq!(l.len(), 3, "{l:?}");
+        assert!(l[0].contains(" agent-created "), "{l:?}");
+        assert!(
+            l[1].contains(" message-deposited Alpha from=user "),
+            "{l:?}"
+        );
+        assert!(l[1].contains("through_mount=true"), "{l:?}");
+        assert!(l[2].contains(" woken Alpha pid=42 "), "{l:?}");
+        // The follower skips what the hook reported, once.
+        let mut d = v.deposits.lock();
+        let key = ("r1".to_string(), "user-001.md".to_string(), 7);
+        assert!(d.reported.remove(&key).is_some());
+        assert!(d.busy.is_empty() && d.woken.is_empty());
+    }
+
+    #[test]
+    fn a_confined_view_logs_only_what_its_agent_may_see() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        let v = Views::new(f.root(), Some("me"));
+        v.history_done(Vec::new());
+        v.emit(vec![
+            Event::step_started(1, "me", "001"),
+            Event::step_started(1, "other", "001"),
+            Event::tool_started(1, "other", "001", "t", "bash", "ls"),
+            Event::message_deposited(1, "other", "me", "me-001.md", true),
+            Event::message_deposited(1, "other", "user", "user-001.md", false),
+            Event::message_deposited(1, "me", "other", "other-001.md", false),
+            Event::message_delivered(1, "other", "user", "001-user.md"),
+            Event::agent_created(1, "other", None),
+            Event::mark_set(1, "other", "notify", None),
+            Event::woken(1, "other", 9),
+        ]);
+        let l = lines(&v);
+        let kinds: Vec<&str> = l.iter().map(|l| l.split(' ').nth(1).unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "step-started",
+                "message-deposited",
+                "message-deposited",
+                "agent-created",
+                "mark-set"
+            ],
+            "{l:?}"
+        );
+        assert!(l[0].contains(" me "), "{l:?}");
+        assert!(l[1].contains("from=me"), "{l:?}");
+        assert!(l[2].contains("from=other to=me"), "{l:?}");
+    }
+}
