@@ -108,7 +108,10 @@ pub fn tour(mnt: &Path, bin: &Path) -> String {
 litanyfs: the sample workspace is mounted at {m}
 
 Try:
-  ls {m}                                   # agents inbox marks names steps
+  ls {m}                                   # agents inbox marks names steps status events ...
+  cat {m}/status                           # what every agent is doing now
+  less {m}/events                          # what happened, oldest first; tail -f follows it
+  cat {m}/steps/{ROOT_ID}/transcript.md    # an agent's whole conversation
   ls -l {m}/names/                         # a symlink per named agent
   cat {m}/names/BoulderThunder/goal.md     # an agent's committed tree, read from git
   find {m}/steps -type f                   # every step record, as on disk
