@@ -159,6 +159,24 @@ fn a_writer_killed_by_a_signal_sends_nothing() {
     let log = m.log_text();
     assert!(log.contains("killed by signal 15"), "{log}");
     assert!(log.contains("killed by signal 9"), "{log}");
+    // And each drop is an event, with the writer's pid and signal.
+    let events = std::fs::read_to_string(m.path("events.ndjson")).unwrap();
+    let dropped: Vec<serde_json::Value> = events
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["kind"] == "message-dropped")
+        .collect();
+    let signals: Vec<i64> = dropped
+        .iter()
+        .filter_map(|e| e["signal"].as_i64())
+        .collect();
+    assert_eq!(dropped.len(), 3, "{events}");
+    assert!(signals.contains(&15) && signals.contains(&9), "{dropped:?}");
+    assert!(
+        dropped
+            .iter()
+            .all(|e| e["why"] == "killed" && e["agent"] == A)
+    );
 }
 
 #[test]

@@ -401,6 +401,12 @@ impl Tree {
     fn give_up(&self, d: &Draft, st: &mut DraftState, why: Gone) {
         st.give_up(why);
         self.drafts.touch(&d.agent);
+        let (what, killed) = match why {
+            Gone::Killed { pid, signal } => ("killed", Some((pid, signal))),
+            Gone::Cut(_) => ("cut", None),
+        };
+        self.views
+            .dropped(&d.agent, &d.name().to_string_lossy(), what, killed);
     }
 
     /// Deposits draft `d` (its state `st`, locked) into the real inbox.

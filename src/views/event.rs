@@ -25,6 +25,9 @@ pub enum Kind {
     ToolFinished,
     MessageDeposited,
     MessageDelivered,
+    /// A message being written through this mount that will never be sent: a writer of
+    /// it was killed by a signal, or a write to it was refused and it was closed so.
+    MessageDropped,
     MarkSet,
     MarkCleared,
     Woken,
@@ -46,6 +49,7 @@ impl Kind {
             Kind::ToolFinished => "tool-finished",
             Kind::MessageDeposited => "message-deposited",
             Kind::MessageDelivered => "message-delivered",
+            Kind::MessageDropped => "message-dropped",
             Kind::MarkSet => "mark-set",
             Kind::MarkCleared => "mark-cleared",
             Kind::Woken => "woken",
@@ -206,6 +210,23 @@ impl Event {
         Self::new(at, Kind::MessageDelivered, agent, Some(path))
             .with("from", sender)
             .with("entry", entry)
+    }
+
+    /// A message being written as `name` in `recipient`'s inbox through this mount was
+    /// dropped, and `why` (`killed`, `cut`), with the killed writer's pid and signal.
+    pub fn message_dropped(
+        at: i64,
+        recipient: &str,
+        name: &str,
+        why: &str,
+        killed: Option<(u32, i32)>,
+    ) -> Self {
+        let path = format!("{INBOX_DIR}/{recipient}/{name}");
+        let e = Self::new(at, Kind::MessageDropped, recipient, Some(path)).with("why", why);
+        match killed {
+            Some((pid, signal)) => e.with("pid", pid).with("signal", signal),
+            None => e,
+        }
     }
 
     /// Mark `kind` of `agent` set, with its value for a blob mark.

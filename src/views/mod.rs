@@ -181,6 +181,8 @@ impl Views {
             | Kind::MarkSet
             | Kind::MarkCleared
             | Kind::LogFull => true,
+            // Written through this mount, whose sender a confined mount is.
+            Kind::MessageDropped => true,
             Kind::MessageDeposited | Kind::MessageDelivered => {
                 e.agent == *me || from == Some(me.as_str())
             }
@@ -266,6 +268,13 @@ impl Views {
             }
         }
         self.emit(events);
+    }
+
+    /// A message being written as `name` to `recipient` through this mount was dropped
+    /// (see [`Event::message_dropped`]).
+    pub fn dropped(&self, recipient: &str, name: &str, why: &str, killed: Option<(u32, i32)>) {
+        let e = Event::message_dropped(now_secs(), recipient, name, why, killed);
+        self.emit(vec![self.named(e)]);
     }
 
     /// litanyfs launched a driver (pid `pid`) for `agent`.
