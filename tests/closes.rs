@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::mount::{Mounted, eventually};
+use common::tmux::Session;
 use common::workspace::Ws;
 use litanyfs::workspace::refs::Flavour;
 
@@ -196,43 +197,24 @@ fn a_writer_that_runs_out_of_room_leaves_no_name_behind() {
     assert_eq!(listed(&m), Vec::<String>::new());
 }
 
-/// `cat > f` in a terminal: a line typed, then `keys` (C-c or C-d).
-fn cat_in_tmux(path: &Path, keys: &str) {
-    let session = format!("litanyfs-cat-{}-{keys}", std::process::id());
-    let tmux = |args: &[&str]| Command::new("tmux").args(args).output().unwrap();
-    let cmd = format!("cat > '{}'", path.display());
-    assert!(
-        tmux(&[
-            "new-session",
-            "-d",
-            "-s",
-            &session,
-            "-x",
-            "80",
-            "-y",
-            "24",
-            &cmd
-        ])
-        .status
-        .success()
+/// `cat > f` in a terminal: a line typed, then `key` (C-c or C-d).
+fn cat_in_tmux(path: &Path, key: &str) {
+    let cat = Session::start(
+        &format!("cat-{key}"),
+        &format!("cat > '{}'", path.display()),
     );
     let size = || std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let typed = eventually(Duration::from_secs(10), || {
         if size() == 0 {
-            tmux(&["send-keys", "-t", &session, "-l", "typed line"]);
-            tmux(&["send-keys", "-t", &session, "Enter"]);
+            cat.type_text("typed line");
+            cat.press("Enter");
             std::thread::sleep(Duration::from_millis(200));
         }
         size() > 0
     });
-    let _ = tmux(&["send-keys", "-t", &session, keys]);
-    let gone = eventually(Duration::from_secs(10), || {
-        !tmux(&["has-session", "-t", &session]).status.success()
-    });
-    if !gone {
-        tmux(&["kill-session", "-t", &session]);
-    }
-    assert!(typed && gone, "typed {typed}, exited {gone}");
+    cat.press(key);
+    let ended = cat.ended_within(Duration::from_secs(10));
+    assert!(typed && ended, "typed {typed}, exited {ended}");
 }
 
 #[test]

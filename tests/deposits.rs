@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::mount::{Mounted, eventually};
+use common::tmux::Session;
 use common::workspace::Ws;
 use litanyfs::workspace::refs::Flavour;
 
@@ -253,60 +254,22 @@ fn every_common_writer_deposits_exactly_once() {
 }
 
 fn nano_write(path: &Path, text: &str) {
-    let session = format!("litanyfs-nano-{}", std::process::id());
-    let tmux = |args: &[&str]| Command::new("tmux").args(args).output().unwrap();
-    let screen = || {
-        String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", &session]).stdout).into_owned()
-    };
-    let cmd = format!("nano '{}'", path.display());
-    assert!(
-        tmux(&[
-            "new-session",
-            "-d",
-            "-s",
-            &session,
-            "-x",
-            "80",
-            "-y",
-            "24",
-            &cmd
-        ])
-        .status
-        .success()
-    );
+    let nano = Session::start("nano", &format!("nano '{}'", path.display()));
     // Each key goes in once nano shows it is ready for it.
+    let shows =
+        |what: &str, secs| eventually(Duration::from_secs(secs), || nano.screen().contains(what));
+    assert!(shows("^X", 10), "nano did not start: {}", nano.screen());
+    nano.type_text(text);
+    assert!(shows(text, 5), "{}", nano.screen());
+    nano.press("C-o");
+    assert!(shows("File Name to Write", 5), "{}", nano.screen());
+    nano.press("Enter");
+    assert!(shows("Wrote", 5), "{}", nano.screen());
+    nano.press("C-x");
     assert!(
-        eventually(Duration::from_secs(10), || screen().contains("^X")),
-        "nano did not start: {}",
-        screen()
+        nano.ended_within(Duration::from_secs(5)),
+        "nano did not exit"
     );
-    tmux(&["send-keys", "-t", &session, "-l", text]);
-    assert!(
-        eventually(Duration::from_secs(5), || screen().contains(text)),
-        "{}",
-        screen()
-    );
-    tmux(&["send-keys", "-t", &session, "C-o"]);
-    assert!(
-        eventually(Duration::from_secs(5), || screen()
-            .contains("File Name to Write")),
-        "{}",
-        screen()
-    );
-    tmux(&["send-keys", "-t", &session, "Enter"]);
-    assert!(
-        eventually(Duration::from_secs(5), || screen().contains("Wrote")),
-        "{}",
-        screen()
-    );
-    tmux(&["send-keys", "-t", &session, "C-x"]);
-    let gone = eventually(Duration::from_secs(5), || {
-        !tmux(&["has-session", "-t", &session]).status.success()
-    });
-    if !gone {
-        tmux(&["kill-session", "-t", &session]);
-    }
-    assert!(gone, "nano did not exit");
 }
 
 #[test]

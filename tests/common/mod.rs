@@ -6,4 +6,5 @@
 
 pub mod harness;
 pub mod mount;
+pub mod tmux;
 pub mod workspace;

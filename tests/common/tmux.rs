@@ -1,0 +1,70 @@
+//! A program run in a detached tmux session, for the tests that need a terminal (an
+//! editor, `cat` reading keys). The session is killed when dropped, so a failing test
+//! leaves none behind.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use super::mount::eventually;
+
+pub struct Session {
+    name: String,
+}
+
+impl Session {
+    /// Starts `cmd` (a shell command line) in an 80x24 session named after `label` and
+    /// this process.
+    pub fn start(label: &str, cmd: &str) -> Self {
+        let name = format!("litanyfs-{label}-{}", std::process::id());
+        let s = Session { name };
+        let started = s.tmux(&[
+            "new-session",
+            "-d",
+            "-s",
+            &s.name,
+            "-x",
+            "80",
+            "-y",
+            "24",
+            cmd,
+        ]);
+        assert!(started.status.success(), "tmux: {started:?}");
+        s
+    }
+
+    fn tmux(&self, args: &[&str]) -> Output {
+        Command::new("tmux").args(args).output().expect("tmux runs")
+    }
+
+    /// What the terminal shows now.
+    pub fn screen(&self) -> String {
+        let out = self.tmux(&["capture-pane", "-p", "-t", &self.name]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Types `text` literally.
+    pub fn type_text(&self, text: &str) {
+        self.tmux(&["send-keys", "-t", &self.name, "-l", text]);
+    }
+
+    /// Presses `key` (tmux's names: `Enter`, `C-c`, `C-x`, ...).
+    pub fn press(&self, key: &str) {
+        self.tmux(&["send-keys", "-t", &self.name, key]);
+    }
+
+    /// Whether the program ended (and with it the session) within `limit`.
+    pub fn ended_within(&self, limit: Duration) -> bool {
+        eventually(limit, || {
+            !self
+                .tmux(&["has-session", "-t", &self.name])
+                .status
+                .success()
+        })
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.tmux(&["kill-session", "-t", &self.name]);
+    }
+}
