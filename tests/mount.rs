@@ -76,6 +76,20 @@ fn sh(cmd: &str) -> (bool, String, String) {
     )
 }
 
+/// What the mount root lists, sorted: the workspace's `agents`, `inbox`, `steps`, then
+/// `marks`, `names` and the four views.
+const ROOT: [&str; 9] = [
+    "agents",
+    "events",
+    "events.ndjson",
+    "inbox",
+    "marks",
+    "names",
+    "status",
+    "status.json",
+    "steps",
+];
+
 fn ls(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
@@ -158,20 +172,7 @@ fn refusals_are_one_line_and_non_zero() {
 fn root_mirrors_the_workspace_and_steps_match_the_disk() {
     let w = workspace(Flavour::Litany);
     let m = Mounted::new(w.f.root());
-    assert_eq!(
-        ls(&m.mnt),
-        [
-            "agents",
-            "events",
-            "events.ndjson",
-            "inbox",
-            "marks",
-            "names",
-            "status",
-            "status.json",
-            "steps"
-        ]
-    );
+    assert_eq!(ls(&m.mnt), ROOT);
 
     let backing = w.f.root().join("steps");
     let mut want: Vec<PathBuf> = files_under(&backing)
@@ -583,20 +584,7 @@ fn sigterm_unmounts_and_sigkill_leaves_a_mount_the_next_mount_heals() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("clearing a stale mount"), "{stderr}");
-    assert_eq!(
-        ls(&m.mnt),
-        [
-            "agents",
-            "events",
-            "events.ndjson",
-            "inbox",
-            "marks",
-            "names",
-            "status",
-            "status.json",
-            "steps"
-        ]
-    );
+    assert_eq!(ls(&m.mnt), ROOT);
 }
 
 #[test]
