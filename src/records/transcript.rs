@@ -20,12 +20,10 @@ use serde_json::Value;
 use super::format::{self, Prose, Usage};
 use crate::workspace::refs::{GitEntry, GitError, Refs};
 
-/// The transcript directory in an agent's tree.
-pub(super) const MESSAGES_DIR: &str = "messages";
-/// The extension of a delivered message; every other entry is JSON.
-const MESSAGE_EXT: &str = "md";
-/// The subject prefix of the commit that adds entry `NNN`: `transcript NNN: <origin> [<id>]`.
-const SUBJECT_PREFIX: &str = "transcript ";
+// A delivered message keeps its deposit's extension; every other entry is JSON.
+use crate::workspace::inbox::MESSAGE_EXT;
+pub(super) use crate::workspace::refs::MESSAGES_DIR;
+use crate::workspace::refs::subject;
 /// The frontmatter delimiter line of a message.
 const DELIMITER: &str = "---\n";
 
@@ -120,11 +118,7 @@ fn list(refs: &Refs, tip: Oid) -> Result<Vec<(String, Oid)>, GitError> {
 fn times(log: &[crate::workspace::refs::LogEntry]) -> HashMap<String, String> {
     let mut times = HashMap::new();
     for c in log {
-        if let Some((number, _)) = c
-            .summary
-            .strip_prefix(SUBJECT_PREFIX)
-            .and_then(|r| r.split_once(": "))
-        {
+        if let Some((number, _)) = subject::transcript(&c.summary) {
             times
                 .entry(number.to_string())
                 .or_insert_with(|| crate::deposit::render::format_utc(c.author_time));

@@ -206,7 +206,10 @@ impl Event {
 
     /// A message from `sender` that became transcript entry `entry` of `agent`.
     pub fn message_delivered(at: i64, agent: &str, sender: &str, entry: &str) -> Self {
-        let path = format!("{AGENTS_DIR}/{agent}/messages/{entry}");
+        let path = format!(
+            "{AGENTS_DIR}/{agent}/{}/{entry}",
+            crate::workspace::refs::MESSAGES_DIR
+        );
         Self::new(at, Kind::MessageDelivered, agent, Some(path))
             .with("from", sender)
             .with("entry", entry)

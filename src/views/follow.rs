@@ -18,10 +18,8 @@ use crate::workspace::ids::parent_of;
 
 /// The most commits walked back along a branch to find the messages it delivered.
 pub const DELIVERY_WALK: usize = 1000;
-/// The subject prefix of the commit that adds transcript entry `NNN`.
-const TRANSCRIPT_SUBJECT: &str = "transcript ";
-/// The extension of a delivered message in `messages/`.
-const MESSAGE_EXT: &str = ".md";
+use crate::workspace::inbox::MESSAGE_EXT;
+use crate::workspace::refs::{MESSAGES_DIR, subject};
 
 /// Everything that happened between `old` and `new`, in the order found. `skip` says
 /// whether a deposit `(recipient, file, inode)` was already reported (through this
@@ -178,18 +176,15 @@ pub fn deliveries(
     let suffix = format!(" [{id}]");
     let mut out = Vec::new();
     for c in log.iter().rev() {
-        let Some((number, origin)) = c
-            .summary
-            .strip_prefix(TRANSCRIPT_SUBJECT)
-            .and_then(|r| r.strip_suffix(&suffix))
-            .and_then(|r| r.split_once(": "))
+        let Some((number, origin)) = subject::transcript(&c.summary)
+            .and_then(|(n, rest)| Some((n, rest.strip_suffix(&suffix)?)))
         else {
             continue;
         };
-        let entry = format!("{number}-{origin}{MESSAGE_EXT}");
+        let entry = format!("{number}-{origin}.{MESSAGE_EXT}");
         let had = |tip: Oid| {
             matches!(
-                scanner.refs().entry_at(tip, &["messages", &entry]),
+                scanner.refs().entry_at(tip, &[MESSAGES_DIR, &entry]),
                 Ok(Some(_))
             )
         };

@@ -20,13 +20,12 @@ use super::follow;
 use super::model::{Meta, Model, Scanner, Step, deposited_at};
 use crate::FastMap;
 use crate::workspace::ids::parent_of;
+use crate::workspace::refs::{MESSAGES_DIR, subject};
 
 /// The most events reconstructed: the newest ones are kept.
 pub const HISTORY_MAX_EVENTS: usize = 10_000;
 /// The most commits walked back along one branch.
 pub const HISTORY_WALK: usize = 10_000;
-/// The subjects of an agent's creating commit (CONTRACT §2.4).
-const DISPATCH_SUBJECTS: [&str; 2] = ["dispatch: ", "step 001: dispatch"];
 
 /// The newest `max` of the events pushed, kept in a bounded heap.
 struct Newest {
@@ -127,10 +126,7 @@ fn branch(scanner: &Scanner, id: &str, tip: Oid, out: &mut Newest) {
     let created = log
         .iter()
         .rev()
-        .find(|c| {
-            c.summary.ends_with(&suffix)
-                && DISPATCH_SUBJECTS.iter().any(|p| c.summary.starts_with(p))
-        })
+        .find(|c| c.summary.ends_with(&suffix) && subject::is_dispatch(&c.summary))
         .or_else(|| log.iter().rev().find(|c| c.summary.ends_with(&suffix)))
         .or(log.first());
     if let Some(c) = created {
@@ -153,7 +149,7 @@ fn branch(scanner: &Scanner, id: &str, tip: Oid, out: &mut Newest) {
 
 fn delivered_deposit_time(scanner: &Scanner, tip: Oid, entry: &str) -> Option<i64> {
     let refs = scanner.refs();
-    match refs.entry_at(tip, &["messages", entry]).ok()?? {
+    match refs.entry_at(tip, &[MESSAGES_DIR, entry]).ok()?? {
         crate::workspace::refs::GitEntry::Blob { oid, .. } => {
             deposited_at(&String::from_utf8_lossy(&refs.blob(oid).ok()?))
         }

@@ -39,9 +39,6 @@ pub use log::{EventLog, Rendering};
 /// The longest the follower sleeps between two looks at the workspace.
 pub const TICK: Duration = Duration::from_millis(250);
 
-/// The subject prefix of a config commit (CONTRACT §2.4).
-const CONFIG_SUBJECT: &str = "config: ";
-
 /// A new agent branch that still points at its config commit is not there yet: litany
 /// creates `refs/heads/agents/<id>` at the config commit and moves it to the dispatch
 /// commit (which holds `goal.md` and the `name`) a moment later, so its creation is
@@ -60,7 +57,7 @@ fn hold_unborn_agents(scanner: &Scanner, old: &Model, next: &mut Model) {
             });
             log.is_ok_and(|(l, _)| {
                 l.first()
-                    .is_some_and(|c| c.summary.starts_with(CONFIG_SUBJECT))
+                    .is_some_and(|c| crate::workspace::refs::subject::is_config(&c.summary))
             })
         })
         .map(|(id, _)| id.clone())

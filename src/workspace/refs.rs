@@ -55,6 +55,34 @@ pub fn ref_places(repo_dir: &Path) -> Vec<PathBuf> {
 
 /// The file at an agent's tree root that holds its name (`<Name>\n`, or empty).
 pub const NAME_FILE: &str = "name";
+/// The transcript directory at an agent's tree root: `<NNN>-<origin>.<md|json>` entries.
+pub const MESSAGES_DIR: &str = "messages";
+
+/// The subjects of the commits litany writes on an agent's branch (CONTRACT §2.4): the
+/// one home of their grammar.
+pub mod subject {
+    /// `transcript NNN: <origin> [<id>]`: the commit that adds entry `NNN`.
+    pub const TRANSCRIPT: &str = "transcript ";
+    /// `config: ...`: a config commit (an agent ref is created at one, before its
+    /// dispatch commit).
+    pub const CONFIG: &str = "config: ";
+    /// An agent's creating commit: `dispatch: <role> [<id>]`, or `step 001: dispatch
+    /// [<id>]` for roots made before roles.
+    pub const DISPATCH: [&str; 2] = ["dispatch: ", "step 001: dispatch"];
+
+    /// The entry number and the rest (`<origin> [<id>]`) of a transcript commit's subject.
+    pub fn transcript(summary: &str) -> Option<(&str, &str)> {
+        summary.strip_prefix(TRANSCRIPT)?.split_once(": ")
+    }
+
+    pub fn is_config(summary: &str) -> bool {
+        summary.starts_with(CONFIG)
+    }
+
+    pub fn is_dispatch(summary: &str) -> bool {
+        DISPATCH.iter().any(|p| summary.starts_with(p))
+    }
+}
 /// The longest a snapshot is trusted without re-reading the refs.
 pub const SNAPSHOT_MAX_AGE: Duration = Duration::from_millis(500);
 
