@@ -327,24 +327,24 @@ pub enum Verdict {
 /// (`None` when gone), `writer_groups` the processes that wrote to it, `holders` the
 /// tasks found still holding it.
 pub fn verdict(closer: Option<&Task>, writer_groups: &[u32], holders: &[u32]) -> Verdict {
-    if let Some(Task {
-        exit: Some(Exiting {
-            tgid,
-            how: Exit::Signal(signal),
-        }),
-        ..
-    }) = closer
-        && writer_groups.contains(tgid)
-    {
-        return Verdict::Drop {
-            pid: *tgid,
-            signal: *signal,
-        };
-    }
-    if holders.is_empty() {
+    if let Some((pid, signal)) = killed(closer, writer_groups) {
+        Verdict::Drop { pid, signal }
+    } else if holders.is_empty() {
         Verdict::Send
     } else {
         Verdict::Wait
+    }
+}
+
+/// The first half of [`verdict`], which needs no holders: whether `closer` is a writer
+/// (one of `writer_groups`) being killed, as (pid, signal).
+pub fn killed(closer: Option<&Task>, writer_groups: &[u32]) -> Option<(u32, i32)> {
+    match closer?.exit? {
+        Exiting {
+            tgid,
+            how: Exit::Signal(signal),
+        } if writer_groups.contains(&tgid) => Some((tgid, signal)),
+        _ => None,
     }
 }
 

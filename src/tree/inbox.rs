@@ -27,13 +27,7 @@ struct ClosingGuard<'a> {
 
 impl Drop for ClosingGuard<'_> {
     fn drop(&mut self) {
-        let mut closing = self.tree.closing.lock();
-        if let Some(n) = closing.get_mut(&self.tid) {
-            *n -= 1;
-            if *n == 0 {
-                closing.remove(&self.tid);
-            }
-        }
+        self.tree.closing.lock().remove(&self.tid);
     }
 }
 
@@ -269,39 +263,36 @@ impl Tree {
                         .collect(),
                     _ => Vec::new(),
                 };
-                match drafts::verdict(task.as_ref(), &writer_groups, &[]) {
-                    Verdict::Send => {
-                        candidates.push(closer.tid);
-                        let skip = exiting.map(|_| closer.tid);
-                        let Some(holders) =
-                            self.holders_after_spawns(&d, closer, &candidates, skip)
-                        else {
-                            // Sent (or refused) by another close while this one waited.
-                            let st = d.state.lock();
-                            return match st.failed {
-                                Some(errno) => Err(TreeError::io(
-                                    node.path(),
-                                    std::io::Error::from_raw_os_error(errno),
-                                )),
-                                None => Ok(()),
-                            };
-                        };
-                        let pids: Vec<u32> = holders.iter().map(|h| h.pid).collect();
-                        if !pids.is_empty() {
-                            log::debug!(
-                                "{}: close by {}: still held by {holders:?}; the last close sends it",
+                if let Some((pid, signal)) = drafts::killed(task.as_ref(), &writer_groups) {
+                    Verdict::Drop { pid, signal }
+                } else {
+                    candidates.push(closer.tid);
+                    let skip = exiting.map(|_| closer.tid);
+                    let Some(holders) = self.holders_after_spawns(&d, closer, &candidates, skip)
+                    else {
+                        // Sent (or refused) by another close while this one waited.
+                        return match d.state.lock().failed {
+                            Some(errno) => Err(TreeError::io(
                                 node.path(),
-                                closer.tid
-                            );
-                        }
-                        let mut st = d.state.lock();
-                        for &h in &pids {
-                            st.hands.held(h);
-                        }
-                        st.hands.held(closer.tid);
-                        drafts::verdict(task.as_ref(), &writer_groups, &pids)
+                                std::io::Error::from_raw_os_error(errno),
+                            )),
+                            None => Ok(()),
+                        };
+                    };
+                    if !holders.is_empty() {
+                        log::debug!(
+                            "{}: close by {}: still held by {holders:?}; the last close sends it",
+                            node.path(),
+                            closer.tid
+                        );
                     }
-                    v => v,
+                    let pids: Vec<u32> = holders.iter().map(|h| h.pid).collect();
+                    let mut st = d.state.lock();
+                    for &pid in &pids {
+                        st.hands.held(pid);
+                    }
+                    st.hands.held(closer.tid);
+                    drafts::verdict(task.as_ref(), &writer_groups, &pids)
                 }
             }
         };
@@ -388,12 +379,12 @@ impl Tree {
 
     /// Marks thread `tid` as inside a close until the guard drops.
     fn closing(&self, tid: u32) -> ClosingGuard<'_> {
-        *self.closing.lock().entry(tid).or_insert(0) += 1;
+        self.closing.lock().insert(tid);
         ClosingGuard { tree: self, tid }
     }
 
     fn is_closing(&self, tid: u32) -> bool {
-        self.closing.lock().contains_key(&tid)
+        self.closing.lock().contains(&tid)
     }
 
     /// Draft `d` (its state `st`, locked) will never be sent: out of the listing, its

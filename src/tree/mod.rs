@@ -246,9 +246,10 @@ pub struct Tree {
     views: Arc<Views>,
     /// Who holds a draft at a close (`None` off a mount: every close is then the last).
     witness: Option<Witness>,
-    /// The threads inside a close of a draft now, with how many closes each: a holder
-    /// that is closing may be an exec closing what it inherited (see `inbox.rs`).
-    closing: Mutex<crate::FastMap<u32, usize>>,
+    /// The threads inside a close of a draft now (a thread is in one system call at a
+    /// time): a holder that is closing may be an exec closing what it inherited (see
+    /// `inbox.rs`).
+    closing: Mutex<std::collections::HashSet<u32, foldhash::fast::RandomState>>,
 }
 
 /// A `close(2)` of a draft, as FUSE reports it: the closing thread and the draft's inode
@@ -323,18 +324,23 @@ impl Tree {
         self
     }
 
-    /// Confines the view to what agent `id` may see: its own step records (as
-    /// `read_tool_output` confines paging) and its own pending deposits. Other agents'
-    /// records and inboxes' contents cannot be reached by any path.
     /// Decides the closes of drafts by what `witness` sees (see [`crate::witness`]).
     pub fn with_witness(mut self, witness: Witness) -> Self {
         self.witness = Some(witness);
         self
     }
 
+    /// Confines the view to what agent `id` may see: its own step records (as
+    /// `read_tool_output` confines paging) and its own pending deposits. Other agents'
+    /// records and inboxes' contents cannot be reached by any path, and `status` and the
+    /// events show what `id` may see.
     pub fn confined_to(mut self, id: &str) -> Self {
         self.confined = Some(id.to_string());
-        self.views = Views::new(self.ws.root(), Some(id));
+        // Before anything shares the views, they are confined in place; after, anew.
+        match Arc::get_mut(&mut self.views) {
+            Some(views) => views.confine(id),
+            None => self.views = Views::new(self.ws.root(), Some(id)),
+        }
         self
     }
 

@@ -133,6 +133,11 @@ impl Views {
         })
     }
 
+    /// Shows only what agent `id` may see from now on.
+    pub fn confine(&mut self, id: &str) {
+        self.confined = Some(id.to_string());
+    }
+
     pub fn log(&self) -> &EventLog {
         &self.log
     }
