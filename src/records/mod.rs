@@ -148,6 +148,7 @@ pub struct Records {
     budget: usize,
     interval: u64,
     keep: u64,
+    ahead_part: u64,
     lru: Mutex<Lru>,
 }
 
@@ -169,8 +170,21 @@ impl Records {
             budget: max_bytes,
             interval: interval.max(1),
             keep,
+            ahead_part: response::AHEAD_PART,
             lru: Mutex::new(Lru::default()),
         }
+    }
+
+    /// The same cache rendering ahead on other threads from `bytes` of a file on (small
+    /// ones are for tests).
+    #[cfg(test)]
+    pub(crate) fn rendering_ahead_from(mut self, bytes: u64) -> Self {
+        self.ahead_part = bytes.max(1);
+        self
+    }
+
+    fn rendering(&self) -> Rendering {
+        Rendering::new(self.interval, self.keep(), self.ahead_part)
     }
 
     /// The longest rendering held whole.
@@ -203,7 +217,7 @@ impl Records {
             match lru.get(slot) {
                 Some(Value::Response(r)) => r,
                 _ => {
-                    let r = Arc::new(Mutex::new(Rendering::new(self.interval, self.keep())));
+                    let r = Arc::new(Mutex::new(self.rendering()));
                     lru.insert(slot, Value::Response(Arc::clone(&r)), 0);
                     r
                 }
@@ -214,7 +228,7 @@ impl Records {
             let result = r.sync(file, key, closed).and_then(|()| f(&mut r));
             if result.is_err() {
                 // A failed read may have left the rendering half done: start over.
-                *r = Rendering::new(self.interval, self.keep());
+                *r = self.rendering();
             }
             (result, r.cost())
         };

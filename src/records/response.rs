@@ -177,16 +177,20 @@ fn has<const N: usize>(line: &[u8], at: usize, want: &[u8; N]) -> bool {
         .is_some_and(|s| s == want)
 }
 
-/// The delta a line carries, when the line has exactly the compact shape brazen writes:
-/// `{"type":"content_delta","index":N,"delta":{"<tag>_delta":"…"}}`. `None` sends the
-/// line to serde, which then decides (so a line this declines is never lost).
-fn fast_delta(line: &[u8]) -> Option<(DeltaTag, Body<'_>)> {
-    if !has(line, 0, DELTA_HEAD) || !has(line, line.len().checked_sub(3)?, DELTA_TAIL) {
+/// Where a delta's string starts in a line of the compact shape brazen writes,
+/// `{"type":"content_delta","index":N,"delta":{"<tag>_delta":"…`, and its tag; `None` for
+/// any other line. The rest of the line is the string, then [`DELTA_TAIL`].
+fn delta_head(line: &[u8]) -> Option<(DeltaTag, usize)> {
+    if !has(line, 0, DELTA_HEAD) {
         return None;
     }
     // The index: what serde_json reads as a u32 (no leading zero, at most u32::MAX).
-    let rest = line.get(DELTA_HEAD.len()..line.len() - DELTA_TAIL.len())?;
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    let rest = &line[DELTA_HEAD.len()..];
+    let digits = rest
+        .iter()
+        .take(11)
+        .take_while(|b| b.is_ascii_digit())
+        .count();
     if digits == 0 || digits > 10 || (digits > 1 && rest[0] == b'0') {
         return None;
     }
@@ -196,17 +200,29 @@ fn fast_delta(line: &[u8]) -> Option<(DeltaTag, Body<'_>)> {
     if index > u64::from(u32::MAX) || !has(rest, digits, DELTA_MID) {
         return None;
     }
-    let rest = rest.get(digits + DELTA_MID.len()..)?;
-    let (tag, skip) = if has(rest, 0, b"text_delta\":\"") {
+    let at = DELTA_HEAD.len() + digits + DELTA_MID.len();
+    let (tag, skip) = if has(line, at, b"text_delta\":\"") {
         (DeltaTag::Text, 13)
-    } else if has(rest, 0, b"json_delta\":\"") {
+    } else if has(line, at, b"json_delta\":\"") {
         (DeltaTag::Json, 13)
-    } else if has(rest, 0, b"thinking_delta\":\"") {
+    } else if has(line, at, b"thinking_delta\":\"") {
         (DeltaTag::Thinking, 17)
     } else {
         return None;
     };
-    let body = rest.get(skip..)?;
+    Some((tag, at + skip))
+}
+
+/// The delta a line carries, when the line has exactly the compact shape brazen writes:
+/// `{"type":"content_delta","index":N,"delta":{"<tag>_delta":"…"}}`. `None` sends the
+/// line to serde, which then decides (so a line this declines is never lost).
+fn fast_delta(line: &[u8]) -> Option<(DeltaTag, Body<'_>)> {
+    let (tag, start) = delta_head(line)?;
+    let end = line.len().checked_sub(DELTA_TAIL.len())?;
+    if end < start || !has(line, end, DELTA_TAIL) {
+        return None;
+    }
+    let body = &line[start..end];
     // One pass: plain ASCII is the string itself.
     let (mut special, mut wide) = (false, false);
     for b in body {
@@ -240,62 +256,154 @@ enum Body<'l> {
 /// quote, an unknown escape, a lone surrogate), which then goes to serde for its message.
 fn unescape(body: &[u8], out: &mut Vec<u8>) -> Option<()> {
     let mark = out.len();
-    let decoded = unescape_chars(std::str::from_utf8(body).ok()?, out);
+    let decoded = std::str::from_utf8(body).ok().and_then(|_| {
+        let mut at = 0;
+        while at < body.len() {
+            match body[at] {
+                b'\\' => at += escape(body, at, out)?,
+                b'"' => return None,
+                c if c < 0x20 => return None,
+                c => {
+                    out.push(c);
+                    at += 1;
+                }
+            }
+        }
+        Some(())
+    });
     if decoded.is_none() {
         out.truncate(mark);
     }
     decoded
 }
 
-/// [`unescape`]'s decoding, appending to `out` (left half written on failure).
-fn unescape_chars(body: &str, out: &mut Vec<u8>) -> Option<()> {
-    let mut chars = body.chars();
-    let hex = |chars: &mut std::str::Chars<'_>| -> Option<u32> {
-        let mut n = 0;
-        for _ in 0..4 {
-            n = n * 16 + chars.next()?.to_digit(16)?;
-        }
-        Some(n)
-    };
-    while let Some(c) = chars.next() {
-        let decoded = match c {
-            '"' => return None,
-            c if u32::from(c) < 0x20 => return None,
-            '\\' => match chars.next()? {
-                '"' => '"',
-                '\\' => '\\',
-                '/' => '/',
-                'b' => '\u{8}',
-                'f' => '\u{c}',
-                'n' => '\n',
-                'r' => '\r',
-                't' => '\t',
-                'u' => {
-                    let n = hex(&mut chars)?;
-                    let code = match n {
-                        0xD800..=0xDBFF => {
-                            if chars.next()? != '\\' || chars.next()? != 'u' {
-                                return None;
-                            }
-                            let low = hex(&mut chars)?;
-                            if !(0xDC00..=0xDFFF).contains(&low) {
-                                return None;
-                            }
-                            0x10000 + ((n - 0xD800) << 10) + (low - 0xDC00)
-                        }
-                        0xDC00..=0xDFFF => return None,
-                        n => n,
-                    };
-                    char::from_u32(code)?
+/// Decodes the escape at `bytes[at]` (a backslash) as serde_json does, appending the
+/// character to `out`; returns the escape's length, `None` where serde_json refuses it.
+fn escape(bytes: &[u8], at: usize, out: &mut Vec<u8>) -> Option<usize> {
+    let simple = match *bytes.get(at + 1)? {
+        b'"' => b'"',
+        b'\\' => b'\\',
+        b'/' => b'/',
+        b'b' => 0x08,
+        b'f' => 0x0c,
+        b'n' => b'\n',
+        b'r' => b'\r',
+        b't' => b'\t',
+        b'u' => {
+            let hex = |from: usize| -> Option<u32> {
+                let digits = bytes.get(from..from + 4)?;
+                digits
+                    .iter()
+                    .try_fold(0u32, |n, d| Some(n * 16 + char::from(*d).to_digit(16)?))
+            };
+            let high = hex(at + 2)?;
+            let (code, len) = match high {
+                0xD800..=0xDBFF => {
+                    if bytes.get(at + 6..at + 8)? != b"\\u" {
+                        return None;
+                    }
+                    let low = hex(at + 8)?;
+                    if !(0xDC00..=0xDFFF).contains(&low) {
+                        return None;
+                    }
+                    (0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00), 12)
                 }
-                _ => return None,
-            },
-            c => c,
-        };
-        let mut buf = [0; 4];
-        out.extend_from_slice(decoded.encode_utf8(&mut buf).as_bytes());
+                0xDC00..=0xDFFF => return None,
+                n => (n, 6),
+            };
+            let mut buf = [0; 4];
+            out.extend_from_slice(char::from_u32(code)?.encode_utf8(&mut buf).as_bytes());
+            return Some(len);
+        }
+        _ => return None,
+    };
+    out.push(simple);
+    Some(2)
+}
+
+/// A UTF-8 continuation byte: never the first byte of a character.
+fn is_continuation(b: u8) -> bool {
+    b & 0xC0 == 0x80
+}
+
+/// Bytes that end a run of a JSON string's literal bytes: a quote, a backslash, a control.
+const STRING_STOP: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        t[b] = true;
+        b += 1;
     }
-    Some(())
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
+/// Decodes the string of a compact delta line starting at `line[start]` up to the line's
+/// [`DELTA_TAIL`] and newline, appending it to `out` (UTF-8 unchecked: [`Fold::text_run`]
+/// checks the run). Returns the line's length with its newline, `None` for a line of any
+/// other shape or an escape serde_json refuses (`out` then holds a part of the string).
+fn string_line(line: &[u8], start: usize, out: &mut Vec<u8>) -> Option<usize> {
+    let (mut at, mut from) = (start, start);
+    loop {
+        while !STRING_STOP[usize::from(*line.get(at)?)] {
+            at += 1;
+        }
+        out.extend_from_slice(&line[from..at]);
+        match line[at] {
+            b'\\' => at += escape(line, at, out)?,
+            b'"' => {
+                let tail = line.get(at..at + DELTA_TAIL.len() + 1)?;
+                return (tail == b"\"}}\n").then_some(at + tail.len());
+            }
+            _ => return None,
+        }
+        from = at;
+    }
+}
+
+/// What [`text_run`] consumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Run {
+    /// `bytes` of `lines` lines, rendered.
+    Text { bytes: usize, lines: u64 },
+    /// `bytes` of text delta lines, one of which is not valid UTF-8 (nothing appended).
+    BadUtf8 { bytes: usize },
+}
+
+/// Renders the run of compact text deltas at the start of `lines` into `out`, as they
+/// render into a text block being shown: the string of each, stopping before the first
+/// other line or once `out` reaches `stop`. One pass per line finds both its end and its
+/// string; UTF-8 is checked once for the whole run, with every string starting on a
+/// character boundary, so each string is valid on its own exactly when the run is. It
+/// depends on nothing but the bytes, which is what lets [`Rendering`] render a later part
+/// of a file ahead of the part before it.
+fn text_run(lines: &[u8], out: &mut Vec<u8>, stop: usize) -> Run {
+    let mark = out.len();
+    let (mut at, mut count, mut starts_ok) = (0, 0u64, true);
+    while at < lines.len() && out.len() < stop {
+        let line = &lines[at..];
+        let Some((DeltaTag::Text, start)) = delta_head(line) else {
+            break;
+        };
+        let line_mark = out.len();
+        let Some(len) = string_line(line, start, out) else {
+            out.truncate(line_mark);
+            break;
+        };
+        starts_ok &= line.get(start).is_none_or(|b| !is_continuation(*b));
+        at += len;
+        count += 1;
+    }
+    if starts_ok && std::str::from_utf8(&out[mark..]).is_ok() {
+        Run::Text {
+            bytes: at,
+            lines: count,
+        }
+    } else {
+        out.truncate(mark);
+        Run::BadUtf8 { bytes: at }
+    }
 }
 
 /// Whether `line` is read by the fast path (for tests that hold the two paths equal).
@@ -403,6 +511,66 @@ impl Fold {
             return;
         }
         self.slow_line(line, out);
+    }
+
+    /// Folds the complete lines at the start of `lines` (each ending in `\n`) until they
+    /// run out or `out` reaches `stop` bytes, and returns the bytes consumed (at least one
+    /// line when there is one). What it appends is what [`Fold::feed_line`] would, line
+    /// by line; runs of text deltas into the text block being shown take [`Fold::text_run`].
+    pub(super) fn feed_lines(&mut self, lines: &[u8], out: &mut Vec<u8>, stop: usize) -> usize {
+        let mut at = 0;
+        while at < lines.len() {
+            if self.showing_text() {
+                at += self.text_run(&lines[at..], out, stop);
+            }
+            // Past `stop` only once something was consumed: the caller always gets a line.
+            if at == lines.len() || (at > 0 && out.len() >= stop) {
+                break;
+            }
+            let end = memchr::memchr(b'\n', &lines[at..]).map_or(lines.len(), |i| at + i);
+            self.feed_line(&lines[at..end], out);
+            at = end + 1;
+            if out.len() >= stop {
+                break;
+            }
+        }
+        at.min(lines.len())
+    }
+
+    /// Whether a text delta now only appends its text: a text block is open and shown.
+    fn showing_text(&self) -> bool {
+        matches!(
+            &self.open,
+            Some(Attempt {
+                block: Some(Block::Prose {
+                    kind: Prose::Text,
+                    shown: true
+                }),
+                ..
+            })
+        )
+    }
+
+    /// The run of compact text deltas at the start of `lines` (see [`text_run`]), for the
+    /// text block being shown: a run that fails the UTF-8 check is folded again line by
+    /// line, which sends the bad line to serde. Returns the bytes consumed.
+    fn text_run(&mut self, lines: &[u8], out: &mut Vec<u8>, stop: usize) -> usize {
+        match text_run(lines, out, stop) {
+            Run::Text { bytes, lines } => {
+                self.line += lines;
+                bytes
+            }
+            Run::BadUtf8 { bytes } => {
+                let mut from = 0;
+                while from < bytes {
+                    let end =
+                        memchr::memchr(b'\n', &lines[from..bytes]).map_or(bytes, |i| from + i);
+                    self.feed_line(&lines[from..end], out);
+                    from = end + 1;
+                }
+                bytes
+            }
+        }
     }
 
     /// A line read as litany reads it, by serde.
@@ -734,6 +902,140 @@ fn each_line(
     Ok(consumed)
 }
 
+/// Calls `f` with the complete lines in `[from, limit)` (each with its `\n`) a buffer at a
+/// time, and the file offset of the first, until `f` breaks. Returns the offset past the
+/// last line handed over.
+fn each_lines(
+    file: &File,
+    from: u64,
+    limit: u64,
+    mut f: impl FnMut(&[u8], u64) -> ControlFlow<()>,
+) -> io::Result<u64> {
+    let span = usize::try_from(limit.saturating_sub(from)).unwrap_or(CHUNK);
+    let mut buf = vec![0u8; span.clamp(1, CHUNK)];
+    // File offset of buf[0]; bytes of buf that hold data.
+    let (mut base, mut filled) = (from, 0usize);
+    while base + (filled as u64) < limit {
+        if filled == buf.len() {
+            // One line longer than the buffer: make room for more of it.
+            buf.resize(buf.len() * 2, 0);
+        }
+        let at = base + filled as u64;
+        let room =
+            usize::try_from(limit - at).map_or(buf.len() - filled, |w| w.min(buf.len() - filled));
+        let n = read_at(file, &mut buf[filled..filled + room], at)?;
+        if n == 0 {
+            break;
+        }
+        let searched = filled;
+        filled += n;
+        let Some(last) = memchr::memrchr(b'\n', &buf[searched..filled]) else {
+            continue;
+        };
+        let end = searched + last + 1;
+        if f(&buf[..end], base).is_break() {
+            return Ok(base + end as u64);
+        }
+        buf.copy_within(end..filled, 0);
+        base += end as u64;
+        filled -= end;
+    }
+    Ok(base)
+}
+
+/// Raw bytes rendered in one go, split between threads: what a window's runs rendered
+/// ahead hold at once is about a thirteenth of it (text deltas render to that share).
+const AHEAD_WINDOW: u64 = 64 << 20;
+/// The least a thread renders ahead: below it, starting the thread costs more than it saves.
+pub(super) const AHEAD_PART: u64 = 4 << 20;
+/// Threads one rendering uses at most.
+const AHEAD_THREADS: u64 = 4;
+
+/// Where `[from, limit)` is split for rendering ahead: `from`, then the start of a line
+/// near each equal share (one part per CPU, each at least `least` bytes), then `limit`.
+fn split(file: &File, from: u64, limit: u64, least: u64) -> io::Result<Vec<u64>> {
+    let span = limit.saturating_sub(from);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let parts = cpus.min(AHEAD_THREADS).min(span / least.max(1)).max(1);
+    let mut bounds = vec![from];
+    for i in 1..parts {
+        let at = from + span / parts * i;
+        match line_after(file, at.max(bounds[bounds.len() - 1]), limit)? {
+            Some(start) if start < limit => bounds.push(start),
+            _ => break,
+        }
+    }
+    bounds.push(limit);
+    Ok(bounds)
+}
+
+/// The offset just past the first `\n` at or after `at`, if there is one before `limit`.
+fn line_after(file: &File, mut at: u64, limit: u64) -> io::Result<Option<u64>> {
+    let mut buf = vec![0; 64 * 1024];
+    while at < limit {
+        let room = usize::try_from(limit - at).map_or(buf.len(), |r| r.min(buf.len()));
+        let n = read_at(file, &mut buf[..room], at)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        if let Some(i) = memchr::memchr(b'\n', &buf[..n]) {
+            return Ok(Some(at + i as u64 + 1));
+        }
+        at += n as u64;
+    }
+    Ok(None)
+}
+
+/// A run of text deltas rendered ahead of the fold ([`text_run`]): its length in bytes and
+/// lines, its rendering, and marks at line ends about every `grain` rendered bytes, where
+/// checkpoints can go.
+#[derive(Debug, Default)]
+struct Ahead {
+    bytes: u64,
+    lines: u64,
+    out: Vec<u8>,
+    marks: Vec<Mark>,
+}
+
+/// A line end in an [`Ahead`] run: bytes and lines consumed, bytes rendered, up to it.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    bytes: u64,
+    lines: u64,
+    out: usize,
+}
+
+/// The leading run of text deltas of `[from, to)`, rendered (see [`Ahead`]).
+fn render_ahead(file: &File, from: u64, to: u64, grain: u64) -> io::Result<Ahead> {
+    let grain = usize::try_from(grain).unwrap_or(usize::MAX);
+    let mut run = Ahead::default();
+    each_lines(file, from, to, |lines, _| {
+        let mut at = 0;
+        while at < lines.len() {
+            let stop = (run.out.len() / grain + 1).saturating_mul(grain);
+            match text_run(&lines[at..], &mut run.out, stop) {
+                Run::Text { bytes, lines: n } if bytes > 0 => {
+                    at += bytes;
+                    run.bytes += bytes as u64;
+                    run.lines += n;
+                    run.marks.push(Mark {
+                        bytes: run.bytes,
+                        lines: run.lines,
+                        out: run.out.len(),
+                    });
+                    if at < lines.len() && run.out.len() < stop {
+                        // Stopped before a line of another kind: the run ends there.
+                        return ControlFlow::Break(());
+                    }
+                }
+                _ => return ControlFlow::Break(()),
+            }
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok(run)
+}
+
 /// A point the rendering can restart from: the fold after the line ending at `raw`,
 /// whose rendering ends at `rendered`.
 #[derive(Debug, Clone)]
@@ -762,6 +1064,8 @@ pub(super) struct Rendering {
     interval: u64,
     /// A rendering no longer than this is held whole.
     keep: u64,
+    /// The least a thread renders ahead ([`AHEAD_PART`] but in tests).
+    ahead_part: u64,
     /// The last key synced to.
     key: Option<CaptureKey>,
     /// End of the last complete line rendered.
@@ -784,11 +1088,13 @@ pub(super) struct Rendering {
 
 impl Rendering {
     /// An empty rendering with a checkpoint every `interval` rendered bytes, held whole
-    /// while it is at most `keep` bytes long.
-    pub(super) fn new(interval: u64, keep: u64) -> Self {
+    /// while it is at most `keep` bytes long, rendering ahead on other threads parts of at
+    /// least `ahead_part` bytes.
+    pub(super) fn new(interval: u64, keep: u64, ahead_part: u64) -> Self {
         Rendering {
             interval: interval.max(1),
             keep,
+            ahead_part,
             key: None,
             raw_end: 0,
             head: Vec::new(),
@@ -838,7 +1144,7 @@ impl Rendering {
     pub(super) fn sync(&mut self, file: &File, key: CaptureKey, closed: bool) -> io::Result<()> {
         if self.key != Some(key) {
             if !self.continues(file, key)? {
-                *self = Rendering::new(self.interval, self.keep);
+                *self = Rendering::new(self.interval, self.keep, self.ahead_part);
             }
             self.render_to(file, key.size)?;
             self.key = Some(key);
@@ -873,8 +1179,105 @@ impl Rendering {
             )? == self.probe)
     }
 
-    /// Renders the complete lines between `raw_end` and `limit`.
+    /// Renders the complete lines between `raw_end` and `limit`: a long span a window at
+    /// a time, the later parts of each window rendered ahead on threads of their own.
     fn render_to(&mut self, file: &File, limit: u64) -> io::Result<()> {
+        loop {
+            let from = self.raw_end;
+            let window = limit.min(from.saturating_add(AHEAD_WINDOW));
+            let parts = split(file, from, window, self.ahead_part)?;
+            if parts.len() > 2 {
+                self.render_parts(file, &parts)?;
+            } else {
+                self.render_lines(file, window)?;
+            }
+            if window == limit {
+                break;
+            }
+            if self.raw_end == from {
+                // No line ends in the window: the rest in one go.
+                self.render_lines(file, limit)?;
+                break;
+            }
+        }
+        let head_len = PROBE_BYTES.min(usize::try_from(self.raw_end).unwrap_or(PROBE_BYTES));
+        self.head = read_exact_at(file, 0, head_len)?;
+        self.probe = read_exact_at(file, self.raw_end - head_len as u64, head_len)?;
+        Ok(())
+    }
+
+    /// Renders `[parts[0], parts[last])`: the first part here, while each later part's
+    /// leading run of text deltas ([`text_run`]) is rendered ahead on a thread; that
+    /// rendering is taken when the fold reaches its part showing a text block (a text
+    /// delta only appends its string then), and the rest of the part is folded here.
+    fn render_parts(&mut self, file: &File, parts: &[u64]) -> io::Result<()> {
+        let grain = (self.interval / 4).max(1);
+        std::thread::scope(|scope| {
+            let ahead: Vec<_> = parts[1..parts.len() - 1]
+                .iter()
+                .zip(&parts[2..])
+                .map(|(&from, &to)| {
+                    std::thread::Builder::new()
+                        .name("litanyfs-render".into())
+                        .spawn_scoped(scope, move || render_ahead(file, from, to, grain))
+                        .ok()
+                })
+                .collect();
+            let mut result = self.render_lines(file, parts[1]);
+            for (handle, bounds) in ahead.into_iter().zip(parts[1..].windows(2)) {
+                // Joined whatever happens, so that no thread outlives an error.
+                let taken = handle.and_then(|h| h.join().ok());
+                if result.is_err() {
+                    continue;
+                }
+                if let Some(Ok(run)) = taken
+                    && self.raw_end == bounds[0]
+                    && self.fold.showing_text()
+                {
+                    self.adopt(run);
+                }
+                result = self.render_lines(file, bounds[1]);
+            }
+            result
+        })
+    }
+
+    /// Appends a run rendered ahead from `raw_end`, with the checkpoints the run would
+    /// have had rendered here (at its marks), and moves past it.
+    fn adopt(&mut self, run: Ahead) {
+        let (interval, keep) = (self.interval, self.keep);
+        let from = self.raw_end;
+        let line = self.fold.line;
+        let mut since = self.held.len() as u64 + self.held_from
+            - self.checkpoints[self.checkpoints.len() - 1].rendered;
+        let mut copied = 0;
+        for mark in &run.marks {
+            self.held.extend_from_slice(&run.out[copied..mark.out]);
+            since += (mark.out - copied) as u64;
+            copied = mark.out;
+            if since >= interval {
+                let rendered = self.body_len();
+                let mut fold = self.fold.clone();
+                fold.line = line + mark.lines;
+                self.checkpoints.push(Checkpoint {
+                    raw: from + mark.bytes,
+                    rendered,
+                    fold,
+                });
+                since = 0;
+                if rendered > keep {
+                    self.held.clear();
+                    self.held_from = rendered;
+                }
+            }
+        }
+        self.held.extend_from_slice(&run.out[copied..]);
+        self.fold.line = line + run.lines;
+        self.raw_end = from + run.bytes;
+    }
+
+    /// Folds the complete lines between `raw_end` and `limit` here, one after another.
+    fn render_lines(&mut self, file: &File, limit: u64) -> io::Result<()> {
         let (interval, keep) = (self.interval, self.keep);
         let Rendering {
             fold,
@@ -886,28 +1289,31 @@ impl Rendering {
         } = self;
         let mut since =
             held.len() as u64 + *held_from - checkpoints[checkpoints.len() - 1].rendered;
-        *raw_end = each_line(file, *raw_end, limit, |line, end| {
-            let before = held.len();
-            fold.feed_line(line, held);
-            since += (held.len() - before) as u64;
-            if since >= interval {
-                let rendered = *held_from + held.len() as u64;
-                checkpoints.push(Checkpoint {
-                    raw: end,
-                    rendered,
-                    fold: fold.clone(),
-                });
-                since = 0;
-                if rendered > keep {
-                    held.clear();
-                    *held_from = rendered;
+        *raw_end = each_lines(file, *raw_end, limit, |lines, base| {
+            let mut at = 0;
+            while at < lines.len() {
+                let before = held.len();
+                // Up to the next checkpoint (at least one byte, so at least one line).
+                let room =
+                    usize::try_from(interval.saturating_sub(since).max(1)).unwrap_or(usize::MAX);
+                at += fold.feed_lines(&lines[at..], held, before.saturating_add(room));
+                since += (held.len() - before) as u64;
+                if since >= interval {
+                    let rendered = *held_from + held.len() as u64;
+                    checkpoints.push(Checkpoint {
+                        raw: base + at as u64,
+                        rendered,
+                        fold: fold.clone(),
+                    });
+                    since = 0;
+                    if rendered > keep {
+                        held.clear();
+                        *held_from = rendered;
+                    }
                 }
             }
             ControlFlow::Continue(())
         })?;
-        let head_len = PROBE_BYTES.min(usize::try_from(self.raw_end).unwrap_or(PROBE_BYTES));
-        self.head = read_exact_at(file, 0, head_len)?;
-        self.probe = read_exact_at(file, self.raw_end - head_len as u64, head_len)?;
         Ok(())
     }
 

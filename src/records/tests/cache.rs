@@ -272,3 +272,97 @@ fn readers_on_other_threads_see_prefixes_while_the_file_grows() {
     });
     assert_eq!(r.shown(&records, false), whole);
 }
+
+/// Text delta lines with the bytes of `body` as their string, taken raw (not escaped).
+fn raw_text_line(body: &[u8]) -> Vec<u8> {
+    let mut line = br#"{"type":"content_delta","index":0,"delta":{"text_delta":""#.to_vec();
+    line.extend_from_slice(body);
+    line.extend_from_slice(b"\"}}\n");
+    line
+}
+
+/// A stream of long text runs broken by every other kind of line, with what the run
+/// scanner must hand back to serde: a character split across two lines (each line alone
+/// invalid UTF-8), a control byte, a lone surrogate, a spaced-out delta.
+fn runs_stream() -> Vec<u8> {
+    let mut bytes = ndjson(&[ev::start("m1"), ev::text_start(0)]);
+    for i in 0..300 {
+        let t = match i % 7 {
+            0 => format!("wörd{i} "),
+            1 => String::new(),
+            2 => "quote \" back \\ tab\t nl\n 😀".to_string(),
+            3 => "€".to_string(),
+            _ => format!("w{i}"),
+        };
+        bytes.extend_from_slice(&ndjson(&[ev::text(0, &t)]));
+        match i {
+            40 => {
+                bytes.extend_from_slice(&raw_text_line(b"split \xC3"));
+                bytes.extend_from_slice(&raw_text_line(b"\xA9 char"));
+            }
+            90 => bytes.extend_from_slice(&raw_text_line(b"control \x01")),
+            120 => bytes.extend_from_slice(&raw_text_line(br"\ud800")),
+            150 => bytes
+                .extend_from_slice(&ndjson(&[ev::text(0, "spaced").replacen(":0,", ": 0,", 1)])),
+            200 => bytes.extend_from_slice(&ndjson(&[
+                ev::stop(0),
+                ev::thinking_start(1),
+                ev::thinking(1, "hmm"),
+                ev::stop(1),
+                ev::text_start(2),
+            ])),
+            250 => bytes.extend_from_slice(&ndjson(&[ev::json(0, "{}"), ev::text(0, "after")])),
+            _ => {}
+        }
+    }
+    bytes.extend_from_slice(&ndjson(&[ev::stop(2), ev::finish("stop"), ev::end()]));
+    bytes
+}
+
+#[test]
+fn renderings_ahead_on_other_threads_match_the_fold_line_by_line() {
+    let bytes = runs_stream();
+    let whole = render_all(&bytes);
+    assert!(String::from_utf8_lossy(&whole).contains("does not parse"));
+    let r = Response::new();
+    r.append(&bytes);
+    for ahead in [1, 61, 500, 4096, 1 << 30] {
+        for (interval, keep) in [(1, 0), (64, 0), (300, 1 << 20), (1 << 20, 1 << 20)] {
+            let records = Records::with_limits(1 << 20, interval, keep).rendering_ahead_from(ahead);
+            let (f, key) = r.open();
+            let len = records.response_len(&f, key, false).unwrap();
+            assert_eq!(
+                len,
+                whole.len() as u64,
+                "ahead {ahead} interval {interval} keep {keep}"
+            );
+            let got = records.response_read(&f, key, false, 0, len).unwrap();
+            assert!(
+                got == whole,
+                "ahead {ahead} interval {interval} keep {keep}"
+            );
+            // Reads from the checkpoints the runs rendered ahead placed.
+            for offset in (0..whole.len()).step_by(97) {
+                let got = records
+                    .response_read(&f, key, false, offset as u64, 50)
+                    .unwrap();
+                let end = (offset + 50).min(whole.len());
+                assert!(
+                    got == whole[offset..end],
+                    "ahead {ahead} interval {interval} keep {keep} at {offset}"
+                );
+            }
+        }
+    }
+    // Grown a piece at a time, each sync rendering ahead what was appended.
+    let r = Response::new();
+    let records = Records::with_limits(1 << 20, 64, 256).rendering_ahead_from(100);
+    for piece in bytes.chunks(1000) {
+        r.append(piece);
+        let shown = r.shown(&records, false);
+        let (f, _) = r.open();
+        let _ = f;
+        assert!(whole.starts_with(&shown));
+    }
+    assert!(r.shown(&records, false) == whole);
+}
