@@ -361,13 +361,18 @@ impl Filesystem for Fs {
             let Some(h) = self.handles.get(fh.0) else {
                 return reply.error(Errno::EBADF);
             };
-            let read = self
-                .node(ino)
-                .and_then(|(node, _)| self.tree.read(&node, &h.content, offset, size));
-            match read {
-                Ok(bytes) => reply.data(&bytes),
-                Err(e) => reply.error(refuse("read", &e)),
-            }
+            READ_BUFFER.with_borrow_mut(|buf| {
+                let read = self.node(ino).and_then(|(node, _)| {
+                    self.tree.read_into(&node, &h.content, offset, size, buf)
+                });
+                match read {
+                    Ok(()) => reply.data(buf),
+                    Err(e) => reply.error(refuse("read", &e)),
+                }
+                if buf.capacity() > READ_BUFFER_KEPT {
+                    *buf = Vec::new();
+                }
+            })
         })
     }
 
@@ -807,6 +812,16 @@ impl Filesystem for Fs {
         reply.error(self.read_only("removexattr", self.path(ino)));
     }
 }
+
+thread_local! {
+    /// Each request thread's buffer for the reads it answers, kept between them: a fresh
+    /// one of a MiB costs 256 page faults (the mmap threshold maps it on its own), about
+    /// as long as serving the read.
+    static READ_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The largest read buffer a thread keeps: the kernel's largest read (256 pages).
+const READ_BUFFER_KEPT: usize = 1 << 20;
 
 /// The kernel's open flags for what the tree decided.
 fn open_flags(o: &Opened) -> FopenFlags {

@@ -262,7 +262,22 @@ impl Records {
         offset: u64,
         len: u64,
     ) -> io::Result<Vec<u8>> {
-        self.with_response(file, key, closed, |r| r.read(file, offset, len))
+        let mut out = Vec::new();
+        self.response_read_into(file, key, closed, offset, len, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Records::response_read`], appending to `out`.
+    pub fn response_read_into(
+        &self,
+        file: &File,
+        key: CaptureKey,
+        closed: bool,
+        offset: u64,
+        len: u64,
+        out: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        self.with_response(file, key, closed, |r| r.read(file, offset, len, out))
     }
 
     /// `transcript.md` of the agent whose branch tip is `tip`, cached by tip. A tip that

@@ -1317,14 +1317,21 @@ impl Rendering {
         Ok(())
     }
 
-    /// Bytes `[offset, offset + len)` of the rendering, cut short at its end.
-    pub(super) fn read(&mut self, file: &File, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+    /// Bytes `[offset, offset + len)` of the rendering, cut short at its end, appended to
+    /// `got`.
+    pub(super) fn read(
+        &mut self,
+        file: &File,
+        offset: u64,
+        len: u64,
+        got: &mut Vec<u8>,
+    ) -> io::Result<()> {
         let end = offset.saturating_add(len).min(self.len());
         if offset >= end {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let want = usize::try_from(end - offset).map_err(io::Error::other)?;
-        let mut got = Vec::with_capacity(want);
+        got.reserve(want);
         let body = self.body_len();
         if offset < body {
             if offset >= self.held_from {
@@ -1333,7 +1340,7 @@ impl Rendering {
                     usize::try_from(end.min(body) - self.held_from).map_err(io::Error::other)?;
                 got.extend_from_slice(&self.held[from..to]);
             } else {
-                self.rerender(file, offset, end.min(body), &mut got)?;
+                self.rerender(file, offset, end.min(body), got)?;
             }
         }
         if end > body
@@ -1343,7 +1350,7 @@ impl Rendering {
             let to = usize::try_from(end - body).map_err(io::Error::other)?;
             got.extend_from_slice(&epilogue[from..to]);
         }
-        Ok(got)
+        Ok(())
     }
 
     /// Renders `[offset, end)` of the body again, from the cursor when a reader left it

@@ -256,7 +256,8 @@ impl Tree {
         }
     }
 
-    /// Reads of an open `response.md`.
+    /// Reads of an open `response.md`, into `out`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn read_response(
         &self,
         node: &Node,
@@ -265,12 +266,13 @@ impl Tree {
         closed: bool,
         offset: u64,
         size: u32,
-    ) -> Result<Vec<u8>, TreeError> {
+        out: &mut Vec<u8>,
+    ) -> Result<(), TreeError> {
         // Each read renders what was appended since: `tail -f` and `less +F` see the
         // model's words as they stream, through the one open file.
         let key = CaptureKey::of(file).unwrap_or(key);
         self.records
-            .response_read(file, key, closed, offset, u64::from(size))
+            .response_read_into(file, key, closed, offset, u64::from(size), out)
             .map_err(|e| TreeError::io(node.path(), e))
     }
 
