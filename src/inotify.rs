@@ -1,5 +1,6 @@
-//! One safe home for inotify: creating the descriptor, adding a watch (by path, or
-//! exactly the directory an `O_PATH` descriptor names), and reading and parsing events.
+//! One safe home for inotify: creating the descriptor, adding a watch (by path, exactly
+//! the directory an `O_PATH` descriptor names, or an entry of an open directory, never
+//! followed), and reading and parsing events.
 //!
 //! Every watcher in the daemon (the view's change detection, the deposit guard, the
 //! events log) goes through here, so the unsafe reads and the event layout are parsed in
@@ -7,7 +8,7 @@
 //! `inbox/<id>` never makes the daemon look like the agent's executor to `litany stop`
 //! (CONTRACT §3.7).
 
-use std::ffi::CString;
+use std::ffi::{CString, OsStr};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -85,6 +86,19 @@ impl Inotify {
     /// the workspace root), so no symlink swapped in since can redirect the watch.
     pub fn add_fd(&self, dir: &impl AsRawFd, mask: u32) -> io::Result<i32> {
         self.add(&proc_fd_path(dir.as_raw_fd()), mask & !libc::IN_DONT_FOLLOW)
+    }
+
+    /// Watches entry `name` of the directory `dir` is open on (resolved beneath the
+    /// workspace root), never following it: `name` must be one component (else
+    /// `EINVAL`), and a symlink there is not followed. One call, no walk from the root.
+    pub fn add_in(&self, dir: &impl AsRawFd, name: &OsStr, mask: u32) -> io::Result<i32> {
+        let b = name.as_bytes();
+        if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mut path = proc_fd_path(dir.as_raw_fd());
+        path.push(name);
+        self.add(&path, mask | libc::IN_DONT_FOLLOW)
     }
 
     /// Stops watch `wd`; a stale one is ignored.

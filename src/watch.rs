@@ -4,12 +4,13 @@
 //! This is what lets the kernel keep names and attributes for a long time and still show
 //! every change at once: a directory is watched *before* anything in it is first answered,
 //! so no change after an answer can go unseen. Watches are added through a descriptor
-//! resolved beneath the workspace root (never by a path that could follow a symlink out
-//! of it). An inotify descriptor is not an fd on any directory, so watching `inbox/<id>`
+//! resolved beneath the workspace root, or as an entry (never followed) of a directory
+//! open on such a descriptor, never by a path that could follow a symlink out of it. An inotify descriptor is not an fd on any directory, so watching `inbox/<id>`
 //! does not make the daemon look like the agent's executor to `litany stop`.
 
 use std::ffi::{OsStr, OsString};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -110,7 +111,29 @@ impl Watcher {
             Ok(fd) => fd,
             Err(_) => return false,
         };
-        match self.inotify.add_fd(&fd, DIR_MASK) {
+        self.added(rel, self.inotify.add_fd(&fd, DIR_MASK))
+    }
+
+    /// [`Watcher::watch_backing`] for directory `rel`, an entry of the directory `parent`
+    /// is open on (resolved beneath the root: the listing `rel` was found in), reached
+    /// from it in one call instead of a walk from the root.
+    pub fn watch_entry(&self, parent: &impl AsRawFd, rel: &Path) -> bool {
+        if self.backing.lock().contains_key(rel) {
+            return true;
+        }
+        let Some(name) = rel.file_name() else {
+            return false;
+        };
+        match self.inotify.add_in(parent, name, DIR_MASK) {
+            // Gone since the listing, or no longer a directory: nothing to watch.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => false,
+            r => self.added(rel, r),
+        }
+    }
+
+    /// Records the watch of `rel` that `added` made, or says why there is none.
+    fn added(&self, rel: &Path, added: io::Result<i32>) -> bool {
+        match added {
             Ok(wd) => {
                 self.wds
                     .lock()
@@ -227,5 +250,23 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(outside.path(), ws.join("steps/link")).unwrap();
         assert!(!w.watch_backing(&backing, Path::new("steps/link")));
+        // Nor as an entry of the listing it was found in; a real directory is.
+        std::fs::create_dir(ws.join("steps/b")).unwrap();
+        let (steps, _) = backing.list_open(Path::new("steps")).unwrap();
+        assert!(!w.watch_entry(&steps, Path::new("steps/link")));
+        assert!(!w.is_watched(Path::new("steps/link")));
+        assert!(w.watch_entry(&steps, Path::new("steps/b")));
+        assert!(w.is_watched(Path::new("steps/b")));
+        std::fs::write(ws.join("steps/b/y"), b"1").unwrap();
+        let mut seen = false;
+        for _ in 0..5 {
+            if w.read_changes().unwrap().iter().any(|c| {
+                matches!(c, Change::Entry { dir, name, .. } if dir == Path::new("steps/b") && name == "y")
+            }) {
+                seen = true;
+                break;
+            }
+        }
+        assert!(seen);
     }
 }

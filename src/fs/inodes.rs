@@ -10,6 +10,8 @@
 //! the kernel still references, plus listing-only entries (see
 //! [`InodeTable::peek_or_insert`]).
 
+use std::sync::Arc;
+
 use parking_lot::Mutex;
 
 use crate::FastMap;
@@ -21,16 +23,19 @@ pub const ROOT_INO: u64 = 1;
 pub const ALLOCATED_BASE: u64 = 1 << 63;
 
 struct Slot {
-    node: Node,
+    /// Shared with `by_node`'s key, and handed out by [`InodeTable::get`] without a copy.
+    node: Arc<Node>,
     identity: Identity,
     lookups: u64,
 }
 
 struct Inner {
-    by_identity: FastMap<Identity, u64>,
+    /// The numbers of identities that have no number by construction (see
+    /// [`InodeTable::derived`]); a derived number is its own key in `slots`.
+    allocated: FastMap<Identity, u64>,
     /// The latest number each node (path) resolved to, for turning a change on disk into
     /// the inode to invalidate.
-    by_node: FastMap<Node, u64>,
+    by_node: FastMap<Arc<Node>, u64>,
     slots: FastMap<u64, Slot>,
     next: u64,
 }
@@ -52,18 +57,19 @@ impl InodeTable {
     pub fn new(root_dev: Option<u64>) -> Self {
         let mut slots = FastMap::default();
         let root = Identity::Virtual(Box::new(Node::Root));
+        let node = Arc::new(Node::Root);
         slots.insert(
             ROOT_INO,
             Slot {
-                node: Node::Root,
+                node: node.clone(),
                 identity: root.clone(),
                 lookups: 1,
             },
         );
         Self {
             inner: Mutex::new(Inner {
-                by_identity: FastMap::from_iter([(root, ROOT_INO)]),
-                by_node: FastMap::from_iter([(Node::Root, ROOT_INO)]),
+                allocated: FastMap::from_iter([(root, ROOT_INO)]),
+                by_node: FastMap::from_iter([(node, ROOT_INO)]),
                 slots,
                 next: ALLOCATED_BASE,
             }),
@@ -95,34 +101,44 @@ impl InodeTable {
     }
 
     fn insert(&self, identity: &Identity, node: &Node, count: u64) -> u64 {
-        let mut inner = self.inner.lock();
-        if let Some(&ino) = inner.by_identity.get(identity)
+        let derived = self.derived(identity);
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        let known = match derived {
+            // A derived number's slot holds its identity: the same number on another
+            // device is not the same file (and is numbered from the allocated range).
+            Some(ino) => Some(ino),
+            None => inner.allocated.get(identity).copied(),
+        };
+        if let Some(ino) = known
             && let Some(slot) = inner.slots.get_mut(&ino)
         {
             slot.lookups += count;
-            if slot.node != *node {
+            if *slot.node != *node {
+                let node = Arc::new(node.clone());
                 let old = std::mem::replace(&mut slot.node, node.clone());
                 if inner.by_node.get(&old) == Some(&ino) {
                     inner.by_node.remove(&old);
                 }
-                inner.by_node.insert(node.clone(), ino);
+                inner.by_node.insert(node, ino);
             }
             return ino;
         }
-        let ino = match self.derived(identity) {
+        let ino = match derived {
             Some(ino) => ino,
             None => {
                 let ino = inner.next;
                 inner.next += 1;
+                inner.allocated.insert(identity.clone(), ino);
                 ino
             }
         };
-        inner.by_identity.insert(identity.clone(), ino);
+        let node = Arc::new(node.clone());
         inner.by_node.insert(node.clone(), ino);
         inner.slots.insert(
             ino,
             Slot {
-                node: node.clone(),
+                node,
                 identity: identity.clone(),
                 lookups: count,
             },
@@ -131,7 +147,7 @@ impl InodeTable {
     }
 
     /// The node and identity behind `ino`, if the kernel still references it.
-    pub fn get(&self, ino: u64) -> Option<(Node, Identity)> {
+    pub fn get(&self, ino: u64) -> Option<(Arc<Node>, Identity)> {
         let inner = self.inner.lock();
         inner
             .slots
@@ -150,8 +166,8 @@ impl InodeTable {
         inner
             .slots
             .iter()
-            .filter(|(_, s)| matches!(s.node, Node::Backing(_)))
-            .map(|(ino, s)| (*ino, s.node.clone()))
+            .filter(|(_, s)| matches!(*s.node, Node::Backing(_)))
+            .map(|(ino, s)| (*ino, Node::clone(&s.node)))
             .collect()
     }
 
@@ -169,9 +185,11 @@ impl InodeTable {
             None => false,
         };
         if gone && let Some(slot) = inner.slots.remove(&ino) {
-            inner.by_identity.remove(&slot.identity);
-            if inner.by_node.get(&slot.node) == Some(&ino) {
-                inner.by_node.remove(&slot.node);
+            if self.derived(&slot.identity).is_none() {
+                inner.allocated.remove(&slot.identity);
+            }
+            if inner.by_node.get(&*slot.node) == Some(&ino) {
+                inner.by_node.remove(&*slot.node);
             }
         }
     }
@@ -196,7 +214,10 @@ mod tests {
         // Same file, new name: the same number, resolved through the new name.
         let renamed = Node::backing("inbox/x/user-002.md");
         assert_eq!(t.lookup(&a, &renamed), first);
-        assert_eq!(t.get(first).map(|g| g.0), Some(renamed.clone()));
+        assert_eq!(
+            t.get(first).map(|g| Node::clone(&g.0)),
+            Some(renamed.clone())
+        );
         assert_eq!(t.ino_of(&renamed), Some(first));
         assert_eq!(t.ino_of(&name), Some(second));
     }

@@ -125,9 +125,9 @@ impl Tree {
     }
 
     pub(super) fn backing_list(&self, node: &Node, b: &Backed) -> Result<Vec<Child>, TreeError> {
-        let entries = self
+        let (dir, entries) = self
             .backing
-            .list(b.rel())
+            .list_open(b.rel())
             .map_err(|e| TreeError::io(node.path(), e))?;
         let mut entries: Vec<_> = entries
             .into_iter()
@@ -137,6 +137,11 @@ impl Tree {
         entries.sort_by(|a, b| a.1.cmp(&b.1));
         let mut out = Vec::with_capacity(entries.len());
         for (child, name, st) in entries {
+            if st.is_dir() {
+                // Before anything in it is answered (see `Tree::list`), and from the
+                // listing's own descriptor: no second walk from the root.
+                self.watch_entry(&dir, &child);
+            }
             let attr = self.backing_node_attr(&child, &st);
             out.push(Child::new(name, Node::Backing(child), attr));
         }

@@ -501,6 +501,14 @@ impl Tree {
         }
     }
 
+    /// [`Tree::watch`] for backing directory `b`, an entry of the directory `parent` is
+    /// open on (the listing it was found in).
+    fn watch_entry(&self, parent: &std::os::fd::OwnedFd, b: &Backed) {
+        if let Some(w) = &self.watcher {
+            w.watch_entry(parent, b.rel());
+        }
+    }
+
     fn watched(&self, rel: &Path) -> bool {
         self.watcher.as_ref().is_some_and(|w| w.is_watched(rel))
     }

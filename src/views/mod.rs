@@ -11,7 +11,8 @@
 //! | [`follow`] | what happens while mounted, as differences between two models |
 //!
 //! [`Views`] ties them together. One thread, `litanyfs-events`, gathers the first
-//! model, hands it to a second, `litanyfs-history`, to reconstruct the past, and then
+//! model, hands it to a second, `litanyfs-history`, to reconstruct the past at the lowest
+//! CPU priority (so that it does not slow the requests it runs beside), and then
 //! rescans whenever [`Views::poke`] is called (the watcher's change reports) and at
 //! least every [`TICK`], so an event is seen within a second even in a directory nobody
 //! watches. Live events found while history is still being reconstructed wait and are
@@ -38,6 +39,23 @@ pub use log::{EventLog, Rendering};
 
 /// The longest the follower sleeps between two looks at the workspace.
 pub const TICK: Duration = Duration::from_millis(250);
+
+/// Lowers the calling thread to the lowest CPU priority (nice 19): the history is read
+/// once, in the background, and must not slow the requests it competes with (a first
+/// walk of the mount starts as the history does and reads the same directories).
+fn background() {
+    // SAFETY: gettid takes no argument; setpriority on the calling thread's own id.
+    let r = unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19)
+    };
+    if r != 0 {
+        ::log::debug!(
+            "events: history keeps its priority ({})",
+            std::io::Error::last_os_error()
+        );
+    }
+}
 
 /// A new agent branch that still points at its config commit is not there yet: litany
 /// creates `refs/heads/agents/<id>` at the config commit and moves it to the dispatch
@@ -309,6 +327,7 @@ impl Views {
         let started = std::thread::Builder::new()
             .name("litanyfs-history".into())
             .spawn(move || {
+                background();
                 let t = std::time::Instant::now();
                 let one_pass = Scanner::one_pass(&me.root)
                     .map_err(|e| ::log::warn!("events: cannot read the workspace ({e})"))

@@ -135,6 +135,13 @@ impl Backing {
     ///
     /// Read with [`for_each_name`]: a walk lists every directory.
     pub fn list(&self, rel: &Path) -> io::Result<Vec<(OsString, Stat)>> {
+        self.list_open(rel).map(|(_, entries)| entries)
+    }
+
+    /// [`Backing::list`], with the descriptor the directory was listed through, still
+    /// open: its entries can be reached from it (one component, not followed) rather
+    /// than by a walk from the root.
+    pub fn list_open(&self, rel: &Path) -> io::Result<(OwnedFd, Vec<(OsString, Stat)>)> {
         let fd = self.openat2(rel, libc::O_RDONLY | libc::O_DIRECTORY)?;
         let mut out = Vec::new();
         for_each_name(&fd, |name| {
@@ -157,7 +164,7 @@ impl Backing {
                 ));
             }
         })?;
-        Ok(out)
+        Ok((fd, out))
     }
 
     /// The target of symlink `rel`, as raw bytes.
