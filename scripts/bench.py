@@ -649,7 +649,7 @@ def bench_records(tmp):
     if shutil.which("jq"):
         # What reading the words took before the mount: joining the deltas with jq.
         jq = ["jq", "-j", 'select(.type == "content_delta") | .delta.text_delta // empty', str(step / "response.json")]
-        tjq = min(timed(subprocess.run, jq, stdout=subprocess.DEVNULL, check=True)[0] for _ in range(2 if QUICK else 3))
+        tjq = min(timed(lambda: subprocess.run(jq, stdout=subprocess.DEVNULL, check=True))[0] for _ in range(2 if QUICK else 3))
         row("cat response.md (first read) / the text deltas joined by jq on the disk", round(first, 3), round(tjq, 3), round(first / tjq, 3), None, " s", "jq -j 'select(.type == \"content_delta\") | .delta.text_delta // empty' response.json")
     # One appended delta: from the write to response.json on disk to its rendering read
     # by a reader sitting at the end of response.md; anchor: the same for response.json.

@@ -955,9 +955,16 @@ const AHEAD_THREADS: u64 = 4;
 /// near each equal share (one part per CPU, each at least `least` bytes), then `limit`.
 fn split(file: &File, from: u64, limit: u64, least: u64) -> io::Result<Vec<u64>> {
     let span = limit.saturating_sub(from);
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-    let parts = cpus.min(AHEAD_THREADS).min(span / least.max(1)).max(1);
     let mut bounds = vec![from];
+    if span / least.max(1) < 2 {
+        // An append: no thread to start, and no CPUs to count (a look at the cgroup).
+        bounds.push(limit);
+        return Ok(bounds);
+    }
+    static CPUS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let cpus =
+        *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64));
+    let parts = cpus.min(AHEAD_THREADS).min(span / least.max(1)).max(1);
     for i in 1..parts {
         let at = from + span / parts * i;
         match line_after(file, at.max(bounds[bounds.len() - 1]), limit)? {
