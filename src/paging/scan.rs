@@ -520,19 +520,10 @@ impl<'f> Parser<'f> {
         let Some(ch) = self.src.next()? else {
             return Err(self.error(EOF_STRING));
         };
-        let simple = match ch {
-            b'"' => b'"',
-            b'\\' => b'\\',
-            b'/' => b'/',
-            b'b' => 0x08,
-            b'f' => 0x0c,
-            b'n' => b'\n',
-            b'r' => b'\r',
-            b't' => b'\t',
-            b'u' => return self.unicode_escape(out),
-            _ => return Err(self.error(INVALID_ESCAPE)),
-        };
-        out[0] = simple;
+        if ch == b'u' {
+            return self.unicode_escape(out);
+        }
+        out[0] = simple_escape(ch).ok_or_else(|| self.error(INVALID_ESCAPE))?;
         Ok(1)
     }
 
@@ -1365,4 +1356,21 @@ pub(crate) fn read_range(
         Ok(_) | Err(ScanError::Json(_)) => Err(RangeError::Changed),
         Err(ScanError::Io(e)) => Err(RangeError::Io(e)),
     }
+}
+
+/// The byte a one-letter JSON escape stands for (`\\n` is a newline), as serde_json
+/// decodes it; `None` for `u` (four hex digits follow) and for letters JSON has no escape
+/// for.
+pub(crate) fn simple_escape(letter: u8) -> Option<u8> {
+    Some(match letter {
+        b'"' => b'"',
+        b'\\' => b'\\',
+        b'/' => b'/',
+        b'b' => 0x08,
+        b'f' => 0x0c,
+        b'n' => b'\n',
+        b'r' => b'\r',
+        b't' => b'\t',
+        _ => return None,
+    })
 }

@@ -30,6 +30,7 @@ use serde_json::Value;
 
 use super::format::{self, Prose, Usage};
 use crate::paging::CaptureKey;
+use crate::paging::scan::simple_escape;
 
 /// Depth of a block header in `response.md`: one below its attempt.
 const BLOCK: usize = 2;
@@ -280,15 +281,8 @@ fn unescape(body: &[u8], out: &mut Vec<u8>) -> Option<()> {
 /// Decodes the escape at `bytes[at]` (a backslash) as serde_json does, appending the
 /// character to `out`; returns the escape's length, `None` where serde_json refuses it.
 fn escape(bytes: &[u8], at: usize, out: &mut Vec<u8>) -> Option<usize> {
-    let simple = match *bytes.get(at + 1)? {
-        b'"' => b'"',
-        b'\\' => b'\\',
-        b'/' => b'/',
-        b'b' => 0x08,
-        b'f' => 0x0c,
-        b'n' => b'\n',
-        b'r' => b'\r',
-        b't' => b'\t',
+    let letter = *bytes.get(at + 1)?;
+    let simple = match letter {
         b'u' => {
             let hex = |from: usize| -> Option<u32> {
                 let digits = bytes.get(from..from + 4)?;
@@ -315,7 +309,7 @@ fn escape(bytes: &[u8], at: usize, out: &mut Vec<u8>) -> Option<usize> {
             out.extend_from_slice(char::from_u32(code)?.encode_utf8(&mut buf).as_bytes());
             return Some(len);
         }
-        _ => return None,
+        letter => simple_escape(letter)?,
     };
     out.push(simple);
     Some(2)
@@ -866,39 +860,16 @@ fn each_line(
     limit: u64,
     mut f: impl FnMut(&[u8], u64) -> ControlFlow<()>,
 ) -> io::Result<u64> {
-    // No bigger than what there is to read: an append of one line reads one line.
-    let span = usize::try_from(limit.saturating_sub(from)).unwrap_or(CHUNK);
-    let mut buf = vec![0u8; span.clamp(1, CHUNK)];
-    // File offset of buf[0]; bytes of buf that hold data; of those, bytes searched.
-    let (mut base, mut filled, mut searched) = (from, 0usize, 0usize);
     let mut consumed = from;
-    while base + (filled as u64) < limit {
-        if filled == buf.len() {
-            // One line longer than the buffer: make room for more of it.
-            buf.resize(buf.len() * 2, 0);
-        }
-        let at = base + filled as u64;
-        let room =
-            usize::try_from(limit - at).map_or(buf.len() - filled, |w| w.min(buf.len() - filled));
-        let n = read_at(file, &mut buf[filled..filled + room], at)?;
-        if n == 0 {
-            break;
-        }
-        filled += n;
+    each_lines(file, from, limit, |lines, base| {
         let mut start = 0;
-        for i in memchr::memchr_iter(b'\n', &buf[searched..filled]) {
-            let end = searched + i;
+        for end in memchr::memchr_iter(b'\n', lines) {
             consumed = base + end as u64 + 1;
-            if f(&buf[start..end], consumed).is_break() {
-                return Ok(consumed);
-            }
+            f(&lines[start..end], consumed)?;
             start = end + 1;
         }
-        buf.copy_within(start..filled, 0);
-        base += start as u64;
-        filled -= start;
-        searched = filled;
-    }
+        ControlFlow::Continue(())
+    })?;
     Ok(consumed)
 }
 
@@ -911,6 +882,7 @@ fn each_lines(
     limit: u64,
     mut f: impl FnMut(&[u8], u64) -> ControlFlow<()>,
 ) -> io::Result<u64> {
+    // No bigger than what there is to read: an append of one line reads one line.
     let span = usize::try_from(limit.saturating_sub(from)).unwrap_or(CHUNK);
     let mut buf = vec![0u8; span.clamp(1, CHUNK)];
     // File offset of buf[0]; bytes of buf that hold data.
