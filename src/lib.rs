@@ -23,8 +23,9 @@
 //! | `litanyfs-spares` | [`deposit::spare`] | a spare unnamed file taken | creating an `O_TMPFILE` in `inbox/` |
 //! | `litanyfs-wake` | [`deposit::wake`] | a deposit that asks for a wake | reading `/proc/locks`, spawning `litany advance` |
 //! | `litanyfs-events` | [`views`] | a poke from `invalidate` after each batch of changes; a 250 ms tick | listing steps and inboxes, reading `/proc/locks` and the refs, appending to the events log |
-//! | `litanyfs-history` | [`views`] | started once by `litanyfs-events`, then exits | reading the records and walking the branches |
+//! | `litanyfs-history` | [`views`] | started once by `litanyfs-events` (at nice 19), then exits | reading the records and walking the branches |
 //! | `litanyfs-reap` | [`deposit::wake`] | a launched driver exiting (one per launch) | `waitpid` of that driver |
+//! | `litanyfs-render` | [`records`] (scoped, inside a request thread's render of a long `response.json`) | started per part, exits before the request replies | reading that part of the `response.json` |
 
 #[doc(hidden)]
 pub mod demo;
