@@ -18,7 +18,11 @@
 //!
 //! Text deltas are nearly every line of a long answer, so a line of the exact shape brazen
 //! writes for them is matched without building an event ([`fast_delta`]); anything else
-//! takes serde's path, which accepts and refuses the same lines.
+//! takes serde's path, which accepts and refuses the same lines. A run of them into the
+//! text block being shown only appends their strings, so it is scanned a buffer at a time
+//! ([`text_run`]); and since that depends on the bytes alone, a long file's later parts
+//! are rendered ahead on threads of their own while the fold reaches them
+//! ([`Rendering::render_parts`]).
 
 use std::fs::File;
 use std::io;
