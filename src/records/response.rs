@@ -1028,6 +1028,39 @@ struct Checkpoint {
     fold: Fold,
 }
 
+/// Rendered bytes since the last checkpoint, of a body whose bytes from `held_from` on
+/// are `held`.
+fn since_checkpoint(checkpoints: &[Checkpoint], held: &[u8], held_from: u64) -> u64 {
+    let last = checkpoints.last().map_or(0, |c| c.rendered);
+    (held_from + held.len() as u64).saturating_sub(last)
+}
+
+/// The checkpoint rule, for a body just rendered up to the line ending at `raw`: once
+/// `interval` bytes were rendered since the last checkpoint, one is kept here with the
+/// fold `fold` gives; and a body longer than `keep` lets go of what it held before it.
+fn checkpoint_if_due(
+    checkpoints: &mut Vec<Checkpoint>,
+    held: &mut Vec<u8>,
+    held_from: &mut u64,
+    (interval, keep): (u64, u64),
+    raw: u64,
+    fold: impl FnOnce() -> Fold,
+) {
+    if since_checkpoint(checkpoints, held, *held_from) < interval {
+        return;
+    }
+    let rendered = *held_from + held.len() as u64;
+    checkpoints.push(Checkpoint {
+        raw,
+        rendered,
+        fold: fold(),
+    });
+    if rendered > keep {
+        held.clear();
+        *held_from = rendered;
+    }
+}
+
 /// Where the last re-rendering stopped: a checkpoint, plus the rendering of the line
 /// before it (`pending`, ending at `at.rendered`), so a sequential reader carries on
 /// from there instead of from a checkpoint behind it.
@@ -1228,31 +1261,23 @@ impl Rendering {
     /// Appends a run rendered ahead from `raw_end`, with the checkpoints the run would
     /// have had rendered here (at its marks), and moves past it.
     fn adopt(&mut self, run: Ahead) {
-        let (interval, keep) = (self.interval, self.keep);
-        let from = self.raw_end;
-        let line = self.fold.line;
-        let mut since = self.held.len() as u64 + self.held_from
-            - self.checkpoints[self.checkpoints.len() - 1].rendered;
+        let (from, line) = (self.raw_end, self.fold.line);
         let mut copied = 0;
         for mark in &run.marks {
             self.held.extend_from_slice(&run.out[copied..mark.out]);
-            since += (mark.out - copied) as u64;
             copied = mark.out;
-            if since >= interval {
-                let rendered = self.body_len();
-                let mut fold = self.fold.clone();
-                fold.line = line + mark.lines;
-                self.checkpoints.push(Checkpoint {
-                    raw: from + mark.bytes,
-                    rendered,
-                    fold,
-                });
-                since = 0;
-                if rendered > keep {
-                    self.held.clear();
-                    self.held_from = rendered;
-                }
-            }
+            let fold = &self.fold;
+            checkpoint_if_due(
+                &mut self.checkpoints,
+                &mut self.held,
+                &mut self.held_from,
+                (self.interval, self.keep),
+                from + mark.bytes,
+                || Fold {
+                    line: line + mark.lines,
+                    ..fold.clone()
+                },
+            );
         }
         self.held.extend_from_slice(&run.out[copied..]);
         self.fold.line = line + run.lines;
@@ -1261,7 +1286,7 @@ impl Rendering {
 
     /// Folds the complete lines between `raw_end` and `limit` here, one after another.
     fn render_lines(&mut self, file: &File, limit: u64) -> io::Result<()> {
-        let (interval, keep) = (self.interval, self.keep);
+        let limits = (self.interval, self.keep);
         let Rendering {
             fold,
             checkpoints,
@@ -1270,30 +1295,25 @@ impl Rendering {
             raw_end,
             ..
         } = self;
-        let mut since =
-            held.len() as u64 + *held_from - checkpoints[checkpoints.len() - 1].rendered;
         *raw_end = each_lines(file, *raw_end, limit, |lines, base| {
             let mut at = 0;
             while at < lines.len() {
-                let before = held.len();
                 // Up to the next checkpoint (at least one byte, so at least one line).
-                let room =
-                    usize::try_from(interval.saturating_sub(since).max(1)).unwrap_or(usize::MAX);
-                at += fold.feed_lines(&lines[at..], held, before.saturating_add(room));
-                since += (held.len() - before) as u64;
-                if since >= interval {
-                    let rendered = *held_from + held.len() as u64;
-                    checkpoints.push(Checkpoint {
-                        raw: base + at as u64,
-                        rendered,
-                        fold: fold.clone(),
-                    });
-                    since = 0;
-                    if rendered > keep {
-                        held.clear();
-                        *held_from = rendered;
-                    }
-                }
+                let room = limits
+                    .0
+                    .saturating_sub(since_checkpoint(checkpoints, held, *held_from));
+                let stop = held
+                    .len()
+                    .saturating_add(usize::try_from(room.max(1)).unwrap_or(usize::MAX));
+                at += fold.feed_lines(&lines[at..], held, stop);
+                checkpoint_if_due(
+                    checkpoints,
+                    held,
+                    held_from,
+                    limits,
+                    base + at as u64,
+                    || fold.clone(),
+                );
             }
             ControlFlow::Continue(())
         })?;
