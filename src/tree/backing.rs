@@ -9,6 +9,7 @@
 //! records or pending deposits.
 
 use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 
 use super::node::{Backed, Place};
@@ -124,7 +125,13 @@ impl Tree {
         Ok(Node::Backing(b.join(name)))
     }
 
-    pub(super) fn backing_list(&self, node: &Node, b: &Backed) -> Result<Vec<Child>, TreeError> {
+    /// The listing of backing directory `b`, with the directory it was read from (still
+    /// open, so that [`Tree::list`] watches the subdirectories as its entries).
+    pub(super) fn backing_list(
+        &self,
+        node: &Node,
+        b: &Backed,
+    ) -> Result<(Vec<Child>, OwnedFd), TreeError> {
         let (dir, entries) = self
             .backing
             .list_open(b.rel())
@@ -137,11 +144,6 @@ impl Tree {
         entries.sort_by(|a, b| a.1.cmp(&b.1));
         let mut out = Vec::with_capacity(entries.len());
         for (child, name, st) in entries {
-            if st.is_dir() {
-                // Before anything in it is answered (see `Tree::list`), and from the
-                // listing's own descriptor: no second walk from the root.
-                self.watch_entry(&dir, &child);
-            }
             let attr = self.backing_node_attr(&child, &st);
             out.push(Child::new(name, Node::Backing(child), attr));
         }
@@ -156,7 +158,7 @@ impl Tree {
             self.push_drafts(&mut out, agent);
         }
         self.push_record_views(&mut out, b.place());
-        Ok(out)
+        Ok((out, dir))
     }
 
     /// Opens a backing file for reading. The open's own `fstat` decides what it is (one

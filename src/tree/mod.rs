@@ -559,10 +559,14 @@ impl Tree {
     /// lookups.
     pub fn list(&self, node: &Node) -> Result<Vec<Child>, TreeError> {
         self.watch(node);
-        let mut children = self.list_unwatched(node)?;
+        let (mut children, dir) = self.list_unwatched(node)?;
         for c in children.iter_mut() {
             if c.attr.kind == Kind::Dir {
-                self.watch(&c.node);
+                match (&c.node, &dir) {
+                    // From the listing's own descriptor: no second walk from the root.
+                    (Node::Backing(b), Some(dir)) => self.watch_entry(dir, b),
+                    (node, _) => self.watch(node),
+                }
             }
             // A backing entry's time depends on the watches just placed; the others
             // carry theirs from the family that listed them.
@@ -573,11 +577,16 @@ impl Tree {
         Ok(children)
     }
 
-    fn list_unwatched(&self, node: &Node) -> Result<Vec<Child>, TreeError> {
+    /// The children of `node`, and the directory they were read from if it is a backing
+    /// one.
+    fn list_unwatched(
+        &self,
+        node: &Node,
+    ) -> Result<(Vec<Child>, Option<std::os::fd::OwnedFd>), TreeError> {
         match node {
-            Node::Root => self.list_root(),
-            Node::Backing(b) => self.backing_list(node, b),
-            Node::Git(g) => self.git_list(node, g),
+            Node::Root => Ok((self.list_root()?, None)),
+            Node::Backing(b) => self.backing_list(node, b).map(|(c, dir)| (c, Some(dir))),
+            Node::Git(g) => Ok((self.git_list(node, g)?, None)),
             Node::Capture(_) | Node::Draft(_) | Node::Record(_) | Node::View(_) => {
                 Err(TreeError::new(node.path(), ErrorKind::NotDir))
             }
@@ -711,17 +720,18 @@ impl Tree {
                 Ok(())
             }
             Content::Stream { file, key, stream } => {
-                *out = self
+                let page = self
                     .pages
                     .read(file, *key, *stream, offset, u64::from(size))
                     .map_err(|e| TreeError::new(node.path(), ErrorKind::Page(e)))?;
+                out.extend_from_slice(&page);
                 Ok(())
             }
             Content::Response { file, key, closed } => {
                 self.read_response(node, file, *key, *closed, offset, size, out)
             }
             Content::Log(r) => {
-                *out = self.read_log(node, *r, offset, size)?;
+                out.extend_from_slice(&self.read_log(node, *r, offset, size)?);
                 Ok(())
             }
         }
