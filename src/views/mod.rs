@@ -15,7 +15,8 @@
 //! CPU priority (so that it does not slow the requests it runs beside), and then
 //! rescans whenever [`Views::poke`] is called (the watcher's change reports) and at
 //! least every [`TICK`], so an event is seen within a second even in a directory nobody
-//! watches. Live events found while history is still being reconstructed wait and are
+//! watches. After each look it rests in proportion to what the look cost
+//! ([`look_rest`]), so a burst of changes is answered by one look, not one per change. Live events found while history is still being reconstructed wait and are
 //! appended after it, in order. Under `--agent ID` only what ID may see is logged.
 
 pub mod event;
@@ -39,6 +40,21 @@ pub use log::{EventLog, Rendering};
 
 /// The longest the follower sleeps between two looks at the workspace.
 pub const TICK: Duration = Duration::from_millis(250);
+
+/// How many times its own length the follower rests after a look before it looks again,
+/// however often it is poked: a run of changes (a client depositing in a loop, a harness
+/// streaming) then costs the follower at most a fifth of one CPU, instead of a full
+/// rescan per change competing with the requests that make them.
+pub const LOOK_REST_FACTOR: u32 = 4;
+
+/// The shortest rest between two looks (see [`LOOK_REST_FACTOR`]).
+pub const LOOK_REST_MIN: Duration = Duration::from_millis(10);
+
+/// The rest after a look that took `took`: proportional to it, and never so long that a
+/// change waits more than a [`TICK`] beyond its look.
+pub fn look_rest(took: Duration) -> Duration {
+    (took * LOOK_REST_FACTOR).clamp(LOOK_REST_MIN, TICK)
+}
 
 /// Lowers the calling thread to the lowest CPU priority (nice 19): the history is read
 /// once, in the background, and must not slow the requests it competes with (a first
@@ -345,22 +361,27 @@ impl Views {
             ::log::warn!("events: no history thread ({e}); only live events are shown");
             self.history_done(Vec::new());
         }
+        let mut rest = Duration::ZERO;
         loop {
+            // Pokes that come during the rest are kept and answered by one look after it.
+            std::thread::sleep(rest);
             {
                 let mut poked = self.poked.lock();
                 if !*poked {
-                    self.wake.wait_for(&mut poked, TICK);
+                    self.wake.wait_for(&mut poked, TICK - rest);
                 }
                 *poked = false;
             }
             if Arc::strong_count(&self) == 1 {
                 return;
             }
+            let started = Instant::now();
             // A bug here must not end the events: the look is abandoned, logged, and the
             // next one starts from the workspace as it is then.
             let looked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 self.look(&mut scanner, &model)
             }));
+            rest = look_rest(started.elapsed());
             model = match looked {
                 Ok(next) => next,
                 Err(_) => {
