@@ -136,8 +136,21 @@ enum Key {
 #[derive(Clone)]
 enum Value {
     Response(Arc<Mutex<Rendering>>),
+    /// Only the length of a closed `response.md` of at most [`LENGTH_ONLY_BYTES`] of
+    /// `response.json`, as of that file's version `key`: what a listing needs. A read
+    /// renders it again, which costs less than keeping every listed step's rendering.
+    Length {
+        key: CaptureKey,
+        len: u64,
+    },
     Transcript(Arc<Transcript>),
 }
+
+/// The largest `response.json` whose closed `response.md` is remembered by its length
+/// alone once sized ([`Value::Length`]): rendering this much again takes well under a
+/// millisecond, and a listing of many steps then costs the cache a few dozen bytes a
+/// step instead of each step's rendering.
+pub const LENGTH_ONLY_BYTES: u64 = CHECKPOINT_BYTES;
 
 type Lru = ByteLru<Key, Value>;
 
@@ -249,6 +262,27 @@ impl Records {
     /// nothing will be appended any more (the step has a successor or a `meta.json`, or
     /// its executor is gone); it adds the end of a half stream. Pass it monotonically.
     pub fn response_len(&self, file: &File, key: CaptureKey, closed: bool) -> io::Result<u64> {
+        let slot = Key::Response(key.dev, key.ino);
+        let length_only = closed && key.size <= LENGTH_ONLY_BYTES;
+        if length_only {
+            let mut lru = self.lru.lock();
+            match lru.get(slot) {
+                Some(Value::Length { key: k, len }) if k == key => return Ok(len),
+                // A rendering already held (the file is being read) answers itself.
+                Some(Value::Response(_)) => {}
+                _ => {
+                    drop(lru);
+                    let mut r = self.rendering();
+                    r.sync(file, key, closed)?;
+                    let len = r.len();
+                    let mut lru = self.lru.lock();
+                    // Its slot is all it costs, and the cache counts slots itself.
+                    lru.insert(slot, Value::Length { key, len }, 0);
+                    lru.evict(self.budget);
+                    return Ok(len);
+                }
+            }
+        }
         self.with_response(file, key, closed, |r| Ok(r.len()))
     }
 

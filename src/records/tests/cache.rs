@@ -366,3 +366,52 @@ fn renderings_ahead_on_other_threads_match_the_fold_line_by_line() {
     }
     assert!(r.shown(&records, false) == whole);
 }
+
+#[test]
+fn a_closed_small_response_is_remembered_by_its_length_and_read_afresh() {
+    let bytes = stream();
+    let r = Response::new();
+    r.append(&bytes);
+    let records = Records::new(1 << 20);
+    let (f, key) = r.open();
+    let whole = render_closed(&bytes);
+    let len = records.response_len(&f, key, true).unwrap();
+    assert_eq!(len, whole.len() as u64);
+    let sized = records.used_bytes();
+    // Sizing many steps' responses costs the cache a slot each, not a rendering each.
+    assert!(
+        sized < 256,
+        "a length-only entry costs {sized} bytes against {} of text",
+        whole.len()
+    );
+    assert_eq!(records.response_len(&f, key, true).unwrap(), len);
+    assert_eq!(
+        records.used_bytes(),
+        sized,
+        "the second sizing reuses the length"
+    );
+    // A read renders it, and keeps the rendering while it is read.
+    let got = records.response_read(&f, key, true, 0, len + 10).unwrap();
+    assert_eq!(got, whole);
+    assert!(records.used_bytes() > sized);
+    assert_eq!(records.entries(), 1);
+    // A new version of the file is sized again, not answered from the old length.
+    let more = ndjson(&[
+        ev::start("m3"),
+        ev::text_start(0),
+        ev::text(0, "again"),
+        ev::stop(0),
+        ev::end(),
+    ]);
+    let r2 = Response::new();
+    r2.append(&bytes);
+    let (f2, key2) = r2.open();
+    let first = records.response_len(&f2, key2, true).unwrap();
+    r2.append(&more);
+    let (f2, key2) = r2.open();
+    let grown = records.response_len(&f2, key2, true).unwrap();
+    let mut all = bytes.clone();
+    all.extend_from_slice(&more);
+    assert_eq!(grown, render_closed(&all).len() as u64);
+    assert!(grown > first);
+}
