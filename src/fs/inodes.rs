@@ -239,8 +239,8 @@ mod tests {
         assert!(t.lookup(&other_dev, &node) >= ALLOCATED_BASE);
         assert!(
             t.lookup(
-                &Identity::Virtual(Box::new(Node::Git(GitNode::MarksRoot))),
-                &Node::Git(GitNode::MarksRoot)
+                &Identity::Virtual(Box::new(Node::git(GitNode::MarksRoot))),
+                &Node::git(GitNode::MarksRoot)
             ) >= ALLOCATED_BASE
         );
     }
@@ -248,15 +248,15 @@ mod tests {
     #[test]
     fn forget_drops_entries_and_keeps_the_root() {
         let t = InodeTable::default();
-        let a = Identity::Virtual(Box::new(Node::Git(GitNode::MarksRoot)));
-        let ino = t.lookup(&a, &Node::Git(GitNode::MarksRoot));
-        t.lookup(&a, &Node::Git(GitNode::MarksRoot));
+        let a = Identity::Virtual(Box::new(Node::git(GitNode::MarksRoot)));
+        let ino = t.lookup(&a, &Node::git(GitNode::MarksRoot));
+        t.lookup(&a, &Node::git(GitNode::MarksRoot));
         t.forget(ino, 1);
         assert!(t.get(ino).is_some());
         t.forget(ino, 1);
         assert!(t.get(ino).is_none());
         assert_ne!(
-            t.lookup(&a, &Node::Git(GitNode::MarksRoot)),
+            t.lookup(&a, &Node::git(GitNode::MarksRoot)),
             ino,
             "numbers are not reused"
         );

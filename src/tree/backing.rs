@@ -38,7 +38,7 @@ impl Tree {
     }
 
     pub(super) fn backing_getattr(&self, node: &Node, b: &Backed) -> Result<Attr, TreeError> {
-        if !self.may_see(b.place()) {
+        if !self.may_see(&b.place()) {
             return Err(TreeError::not_found(node.path()));
         }
         let st = self
@@ -107,7 +107,7 @@ impl Tree {
         name: &OsStr,
     ) -> Result<Node, TreeError> {
         if let Place::ToolDir(record) = b.place()
-            && let Some(node) = super::capture::child(parent, record, name)?
+            && let Some(node) = super::capture::child(parent, &record, name)?
         {
             return Ok(node);
         }
@@ -116,11 +116,11 @@ impl Tree {
         {
             return Ok(node);
         }
-        if let Some(view) = super::records::child(b.place(), name)
+        if let Some(view) = super::records::child(&b.place(), name)
             && self.backing.lstat(&b.rel().join(name)).is_err()
         {
             // A record of the same name on disk, should one appear, wins.
-            return Ok(Node::Record(view));
+            return Ok(Node::record(view));
         }
         Ok(Node::Backing(b.join(name)))
     }
@@ -139,7 +139,7 @@ impl Tree {
         let mut entries: Vec<_> = entries
             .into_iter()
             .map(|(name, st)| (b.join(&name), name, st))
-            .filter(|(child, _, st)| shows(child, st) && self.may_see(child.place()))
+            .filter(|(child, _, st)| shows(child, st) && self.may_see(&child.place()))
             .collect();
         entries.sort_by(|a, b| a.1.cmp(&b.1));
         let mut out = Vec::with_capacity(entries.len());
@@ -152,19 +152,19 @@ impl Tree {
                 .iter()
                 .any(|c| c.name == crate::paging::address::OUTPUT_FILE)
         {
-            self.push_streams(&mut out, record);
+            self.push_streams(&mut out, &record);
         }
         if let Some(agent) = b.inbox_agent() {
             self.push_drafts(&mut out, agent);
         }
-        self.push_record_views(&mut out, b.place());
+        self.push_record_views(&mut out, &b.place());
         Ok((out, dir))
     }
 
     /// Opens a backing file for reading. The open's own `fstat` decides what it is (one
     /// look at the disk, not a `lstat` before it): only a regular file the view shows.
     pub(super) fn backing_open(&self, node: &Node, b: &Backed) -> Result<Content, TreeError> {
-        if !self.may_see(b.place()) {
+        if !self.may_see(&b.place()) {
             return Err(TreeError::not_found(node.path()));
         }
         let (f, st) = self

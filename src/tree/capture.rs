@@ -49,7 +49,7 @@ pub(super) fn child(
             Ok(_) => not_found(),
         });
     };
-    Ok(Some(Node::Capture(capture)))
+    Ok(Some(Node::capture(capture)))
 }
 
 impl Tree {
@@ -152,7 +152,7 @@ impl Tree {
     /// not indexed yet is listed without reading it (a walk must not read every capture),
     /// with sizes found at the first lookup or stat.
     pub(super) fn push_streams(&self, out: &mut Vec<Child>, record: &RecordPath) {
-        let first = Node::Capture(Capture::Stream {
+        let first = Node::capture(Capture::Stream {
             record: record.clone(),
             stream: Stream::Stdout,
         });
@@ -165,7 +165,7 @@ impl Tree {
         };
         let lazy = st.size > EAGER_STREAMS_BYTES && !self.pages.indexed(&key);
         for stream in Stream::ALL {
-            let node = Node::Capture(Capture::Stream {
+            let node = Node::capture(Capture::Stream {
                 record: record.clone(),
                 stream,
             });

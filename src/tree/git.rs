@@ -36,7 +36,7 @@ pub(super) fn child(parent: &Node, g: &GitNode, name: &OsStr) -> Result<Node, Tr
             .map(str::to_string)
             .ok_or_else(|| TreeError::not_found(parent.join(name)))
     };
-    Ok(Node::Git(match g {
+    Ok(Node::git(match g {
         GitNode::MarksRoot => GitNode::MarkKind(text()?),
         GitNode::MarkKind(kind) => GitNode::Mark {
             kind: kind.clone(),
@@ -223,7 +223,7 @@ impl Tree {
         };
         let mut out = Vec::with_capacity(children.len());
         for (child, name) in children {
-            let node = Node::Git(child.clone());
+            let node = Node::git(child.clone());
             // A node that vanished between the snapshot and its stat is left out.
             match self.git_attr_in(&snap, &node, &child) {
                 Ok(attr) => out.push(Child::new(name, node, attr)),
@@ -254,7 +254,7 @@ impl Tree {
         for (name, entry) in entries {
             let mut p = path.to_vec();
             p.push(name.clone());
-            let child = Node::Git(GitNode::Agent {
+            let child = Node::git(GitNode::Agent {
                 id: id.to_string(),
                 path: p,
             });

@@ -68,7 +68,7 @@ impl Tree {
         if !d.listed() && self.backing.lstat(&inbox.rel().join(name)).is_ok() {
             return None;
         }
-        Some(Node::Draft(DraftNode {
+        Some(Node::draft(DraftNode {
             agent: d.agent.clone(),
             id: d.id,
             name: name.to_os_string(),
@@ -82,7 +82,7 @@ impl Tree {
             if out.iter().any(|c| c.name == name) {
                 continue;
             }
-            let node = Node::Draft(DraftNode {
+            let node = Node::draft(DraftNode {
                 agent: agent.to_string(),
                 id: d.id,
                 name: name.clone(),
@@ -147,7 +147,7 @@ impl Tree {
                 DraftError::Exists => TreeError::new(path.clone(), ErrorKind::Exists),
                 DraftError::Full => TreeError::new(path.clone(), ErrorKind::NoSpace),
             })?;
-        let node = Node::Draft(DraftNode {
+        let node = Node::draft(DraftNode {
             agent: agent.to_string(),
             id: d.id,
             name: name.to_os_string(),
@@ -532,7 +532,7 @@ impl Tree {
         self.drafts.rename(agent, name, newname);
         if drafts::is_private(name) && !drafts::is_private(newname) {
             d.state.lock().touch_content();
-            let node = Node::Draft(DraftNode {
+            let node = Node::draft(DraftNode {
                 agent: agent.to_string(),
                 id: d.id,
                 name: newname.to_os_string(),

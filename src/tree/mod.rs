@@ -757,7 +757,7 @@ impl Tree {
         match node {
             Node::Capture(c) => self.capture_xattrs(node, c),
             Node::Backing(b) => match b.place() {
-                Place::Output(record) => Ok(self.output_xattrs(node, record)),
+                Place::Output(record) => Ok(self.output_xattrs(node, &record)),
                 _ => Ok(Vec::new()),
             },
             _ => Ok(Vec::new()),

@@ -43,15 +43,18 @@ pub const TOP_LEVEL: [&str; 9] = [
     EVENTS_NDJSON,
 ];
 
-/// A node of the view.
+/// A node of the view. The inode table keeps one for every entry the kernel holds, so
+/// a node is kept to three words: a backing node is its path, and the rarer families
+/// are boxed (construct them with [`Node::capture`], [`Node::git`], [`Node::draft`],
+/// [`Node::record`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Node {
     Root,
     Backing(Backed),
-    Capture(Capture),
-    Git(GitNode),
-    Draft(DraftNode),
-    Record(RecordView),
+    Capture(Box<Capture>),
+    Git(Box<GitNode>),
+    Draft(Box<DraftNode>),
+    Record(Box<RecordView>),
     View(ViewFile),
 }
 
@@ -98,25 +101,27 @@ impl RecordView {
     }
 }
 
-/// A file or directory under `steps/` or `inbox/`: its workspace-relative path and what
-/// that path is, parsed once ([`Place::of`]).
+/// A file or directory under `steps/` or `inbox/`: its workspace-relative path, and no
+/// more. What that path is ([`Place`]) is derived from it when asked, borrowing from it:
+/// the inode table keeps one of these for every entry the kernel holds (hundreds of
+/// thousands in a large workspace), so it holds one allocation of exactly the path's
+/// length.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Backed {
-    rel: PathBuf,
-    place: Place,
+    rel: Box<Path>,
 }
 
-/// What a backing path is in the workspace's layout.
+/// What a backing path is in the workspace's layout, its parts borrowed from the path.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Place {
+pub enum Place<'a> {
     /// `steps/`.
     StepsRoot,
     /// `steps/<id>`: an agent's step directories and `driver.log`.
-    AgentSteps { agent: String },
+    AgentSteps { agent: &'a str },
     /// `steps/<id>/<NNN>`: one numbered step directory.
-    Step { agent: String, step: String },
+    Step { agent: &'a str, step: &'a str },
     /// `steps/<id>/...`, at any depth not named here (`None` for a non-UTF-8 id).
-    Steps { agent: Option<String> },
+    Steps { agent: Option<&'a str> },
     /// `steps/<id>/<NNN>/tools/<tool-id>`, when the page grammar takes it as a record.
     ToolDir(RecordPath),
     /// `steps/<id>/<NNN>/tools/<tool-id>/output.json` of such a record.
@@ -124,37 +129,45 @@ pub enum Place {
     /// `inbox/`.
     InboxRoot,
     /// `inbox/<id>` (`None` for a non-UTF-8 id, which takes no deposits).
-    Inbox { agent: Option<String> },
+    Inbox { agent: Option<&'a str> },
     /// `inbox/<id>/<name>`.
-    InboxEntry { agent: Option<String> },
+    InboxEntry { agent: Option<&'a str> },
     /// Anything deeper under `inbox/`: never part of the view.
     InboxDeep,
 }
 
-impl Place {
+/// The most components a [`Place`] looks at: `steps/<id>/<NNN>/tools/<tool-id>/output.json`
+/// and one more, to tell that path from anything deeper.
+const PLACE_DEPTH: usize = 7;
+
+impl<'a> Place<'a> {
     /// The place of workspace-relative path `rel` (under `steps/` or `inbox/`).
-    pub fn of(rel: &Path) -> Self {
-        let parts: Vec<&OsStr> = rel.components().map(|c| c.as_os_str()).collect();
-        let text = |s: &OsStr| s.to_str().map(str::to_string);
-        match parts.as_slice() {
+    pub fn of(rel: &'a Path) -> Self {
+        let mut parts: [&OsStr; PLACE_DEPTH] = [OsStr::new(""); PLACE_DEPTH];
+        let mut n = 0;
+        for c in rel.components() {
+            if n == PLACE_DEPTH {
+                break;
+            }
+            parts[n] = c.as_os_str();
+            n += 1;
+        }
+        let text = |s: &'a OsStr| s.to_str();
+        match &parts[..n] {
             [top] if *top == INBOX_DIR => Place::InboxRoot,
             [top, id] if *top == INBOX_DIR => Place::Inbox { agent: text(id) },
             [top, id, _] if *top == INBOX_DIR => Place::InboxEntry { agent: text(id) },
             [top, ..] if *top == INBOX_DIR => Place::InboxDeep,
             [top] if *top == STEPS_DIR => Place::StepsRoot,
             [top, agent] if *top == STEPS_DIR => match agent.to_str() {
-                Some(agent) => Place::AgentSteps {
-                    agent: agent.to_string(),
-                },
+                Some(agent) => Place::AgentSteps { agent },
                 None => Place::Steps { agent: None },
             },
             [top, agent, step] if *top == STEPS_DIR && step_number(step.as_bytes()).is_some() => {
-                match agent.to_str() {
-                    Some(agent) => Place::Step {
-                        agent: agent.to_string(),
-                        step: step.to_string_lossy().into_owned(),
-                    },
-                    None => Place::Steps { agent: None },
+                // A step number is ASCII digits, so always text.
+                match (agent.to_str(), step.to_str()) {
+                    (Some(agent), Some(step)) => Place::Step { agent, step },
+                    _ => Place::Steps { agent: None },
                 }
             }
             [top, agent, step, tools, tool] if *top == STEPS_DIR && *tools == TOOLS_DIR => {
@@ -185,9 +198,7 @@ impl Place {
     /// The agent whose `steps/<id>` or `inbox/<id>` this lies in.
     pub fn agent(&self) -> Option<&str> {
         match self {
-            Place::Steps { agent } | Place::Inbox { agent } | Place::InboxEntry { agent } => {
-                agent.as_deref()
-            }
+            Place::Steps { agent } | Place::Inbox { agent } | Place::InboxEntry { agent } => *agent,
             Place::AgentSteps { agent } | Place::Step { agent, .. } => Some(agent),
             Place::ToolDir(r) | Place::Output(r) => Some(r.agent()),
             Place::StepsRoot | Place::InboxRoot | Place::InboxDeep => None,
@@ -201,17 +212,18 @@ fn record(agent: &OsStr, step: &OsStr, tool: &OsStr) -> Option<RecordPath> {
 
 impl Backed {
     pub fn new(rel: impl Into<PathBuf>) -> Self {
-        let rel = rel.into();
-        let place = Place::of(&rel);
-        Self { rel, place }
+        Self {
+            rel: rel.into().into_boxed_path(),
+        }
     }
 
     pub fn rel(&self) -> &Path {
         &self.rel
     }
 
-    pub fn place(&self) -> &Place {
-        &self.place
+    /// What the path is, derived from it.
+    pub fn place(&self) -> Place<'_> {
+        Place::of(&self.rel)
     }
 
     /// The entry `name` inside this directory.
@@ -221,8 +233,8 @@ impl Backed {
 
     /// The agent whose inbox directory this is, if it is one.
     pub fn inbox_agent(&self) -> Option<&str> {
-        match &self.place {
-            Place::Inbox { agent } => agent.as_deref(),
+        match self.place() {
+            Place::Inbox { agent } => agent,
             _ => None,
         }
     }
@@ -275,6 +287,22 @@ pub struct DraftNode {
 }
 
 impl Node {
+    pub fn capture(c: Capture) -> Node {
+        Node::Capture(Box::new(c))
+    }
+
+    pub fn git(g: GitNode) -> Node {
+        Node::Git(Box::new(g))
+    }
+
+    pub fn draft(d: DraftNode) -> Node {
+        Node::Draft(Box::new(d))
+    }
+
+    pub fn record(v: RecordView) -> Node {
+        Node::Record(Box::new(v))
+    }
+
     /// A backing node at workspace-relative `rel`.
     pub fn backing(rel: impl Into<PathBuf>) -> Node {
         Node::Backing(Backed::new(rel))
@@ -285,9 +313,9 @@ impl Node {
         Some(match name.to_str()? {
             STEPS_DIR => Node::backing(STEPS_DIR),
             INBOX_DIR => Node::backing(INBOX_DIR),
-            AGENTS_DIR => Node::Git(GitNode::AgentsRoot),
-            MARKS_DIR => Node::Git(GitNode::MarksRoot),
-            NAMES_DIR => Node::Git(GitNode::NamesRoot),
+            AGENTS_DIR => Node::git(GitNode::AgentsRoot),
+            MARKS_DIR => Node::git(GitNode::MarksRoot),
+            NAMES_DIR => Node::git(GitNode::NamesRoot),
             STATUS => Node::View(ViewFile::Status),
             STATUS_JSON => Node::View(ViewFile::StatusJson),
             EVENTS => Node::View(ViewFile::Events),
@@ -301,7 +329,7 @@ impl Node {
         match self {
             Node::Root => ".".into(),
             Node::Backing(b) => b.rel.to_string_lossy().into_owned(),
-            Node::Git(g) => match g {
+            Node::Git(g) => match &**g {
                 GitNode::MarksRoot => MARKS_DIR.into(),
                 GitNode::MarkKind(k) => format!("{MARKS_DIR}/{k}"),
                 GitNode::Mark { kind, id } => format!("{MARKS_DIR}/{kind}/{id}"),
@@ -311,20 +339,22 @@ impl Node {
                 GitNode::NamesRoot => NAMES_DIR.into(),
                 GitNode::Name(n) => format!("{NAMES_DIR}/{n}"),
             },
-            Node::Capture(Capture::Page(address)) => address.to_string(),
-            Node::Capture(Capture::Stream { record, stream }) => {
-                format!("{}/{stream}", record.dir())
-            }
+            Node::Capture(c) => match &**c {
+                Capture::Page(address) => address.to_string(),
+                Capture::Stream { record, stream } => format!("{}/{stream}", record.dir()),
+            },
             Node::Draft(d) => format!("{INBOX_DIR}/{}/{}", d.agent, d.name.to_string_lossy()),
-            Node::Record(RecordView::Latest { agent }) => {
-                format!("{STEPS_DIR}/{agent}/{}", super::records::LATEST)
-            }
-            Node::Record(RecordView::Response { agent, step }) => {
-                format!("{STEPS_DIR}/{agent}/{step}/{}", super::records::RESPONSE_MD)
-            }
-            Node::Record(RecordView::Transcript { agent }) => {
-                format!("{STEPS_DIR}/{agent}/{}", super::records::TRANSCRIPT_MD)
-            }
+            Node::Record(v) => match &**v {
+                RecordView::Latest { agent } => {
+                    format!("{STEPS_DIR}/{agent}/{}", super::records::LATEST)
+                }
+                RecordView::Response { agent, step } => {
+                    format!("{STEPS_DIR}/{agent}/{step}/{}", super::records::RESPONSE_MD)
+                }
+                RecordView::Transcript { agent } => {
+                    format!("{STEPS_DIR}/{agent}/{}", super::records::TRANSCRIPT_MD)
+                }
+            },
             Node::View(v) => v.name().into(),
         }
     }
@@ -351,15 +381,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn places_are_parsed_once_from_the_path() {
+    fn a_node_is_three_words() {
+        // The inode table holds one per entry the kernel keeps (module docs of `Node`).
+        assert_eq!(
+            std::mem::size_of::<Node>(),
+            3 * std::mem::size_of::<usize>()
+        );
+        assert_eq!(
+            std::mem::size_of::<Backed>(),
+            2 * std::mem::size_of::<usize>()
+        );
+    }
+
+    #[test]
+    fn places_are_derived_from_the_path() {
         let cases: [(&str, Place); 9] = [
             ("steps", Place::StepsRoot),
-            ("steps/a", Place::AgentSteps { agent: "a".into() }),
+            ("steps/a", Place::AgentSteps { agent: "a" }),
             (
                 "steps/a/001/request.json",
-                Place::Steps {
-                    agent: Some("a".into()),
-                },
+                Place::Steps { agent: Some("a") },
             ),
             (
                 "steps/a/001/tools/t1",
@@ -370,17 +411,10 @@ mod tests {
                 Place::Output(RecordPath::new("a", "001", "t1").unwrap()),
             ),
             ("inbox", Place::InboxRoot),
-            (
-                "inbox/a",
-                Place::Inbox {
-                    agent: Some("a".into()),
-                },
-            ),
+            ("inbox/a", Place::Inbox { agent: Some("a") }),
             (
                 "inbox/a/user-001.md",
-                Place::InboxEntry {
-                    agent: Some("a".into()),
-                },
+                Place::InboxEntry { agent: Some("a") },
             ),
             ("inbox/a/x/y", Place::InboxDeep),
         ];
@@ -390,15 +424,13 @@ mod tests {
         assert_eq!(
             Place::of(Path::new("steps/a/001")),
             Place::Step {
-                agent: "a".into(),
-                step: "001".into()
+                agent: "a",
+                step: "001"
             }
         );
         assert_eq!(
             Place::of(Path::new("steps/a/notes")),
-            Place::Steps {
-                agent: Some("a".into())
-            }
+            Place::Steps { agent: Some("a") }
         );
         assert_eq!(Backed::new("inbox/a").inbox_agent(), Some("a"));
         assert_eq!(Backed::new("inbox/a/f").inbox_agent(), None);

@@ -42,14 +42,14 @@ pub(super) fn child(place: &Place, name: &OsStr) -> Option<RecordView> {
     let name = name.to_str()?;
     match (place, name) {
         (Place::AgentSteps { agent }, LATEST) => Some(RecordView::Latest {
-            agent: agent.clone(),
+            agent: agent.to_string(),
         }),
         (Place::AgentSteps { agent }, TRANSCRIPT_MD) => Some(RecordView::Transcript {
-            agent: agent.clone(),
+            agent: agent.to_string(),
         }),
         (Place::Step { agent, step }, RESPONSE_MD) => Some(RecordView::Response {
-            agent: agent.clone(),
-            step: step.clone(),
+            agent: agent.to_string(),
+            step: step.to_string(),
         }),
         _ => None,
     }
@@ -61,8 +61,12 @@ pub fn derived_from(dir: &Path, name: &OsStr) -> Option<Node> {
     let Place::Step { agent, step } = Place::of(dir) else {
         return None;
     };
-    (name == RESPONSE_FILE || name == META_FILE)
-        .then_some(Node::Record(RecordView::Response { agent, step }))
+    (name == RESPONSE_FILE || name == META_FILE).then(|| {
+        Node::record(RecordView::Response {
+            agent: agent.to_string(),
+            step: step.to_string(),
+        })
+    })
 }
 
 fn step_dir(agent: &str, step: &str) -> PathBuf {
@@ -100,14 +104,14 @@ impl Tree {
             match (before.agents.get(id), after.agents.get(id)) {
                 (Some(a), Some(b)) if a == b => {}
                 (Some(_), Some(_)) => {
-                    out.push(Node::Record(RecordView::Transcript { agent: id.clone() }))
+                    out.push(Node::record(RecordView::Transcript { agent: id.clone() }))
                 }
                 _ => {
                     self.agents_changed
                         .lock()
                         .insert(id.clone(), SystemTime::now());
                     out.push(Node::backing(Path::new(STEPS_DIR).join(id)));
-                    out.push(Node::Record(RecordView::Transcript { agent: id.clone() }));
+                    out.push(Node::record(RecordView::Transcript { agent: id.clone() }));
                 }
             }
         }
@@ -300,8 +304,8 @@ impl Tree {
                     out.push(child);
                 }
                 if named(out, TRANSCRIPT_MD).is_none() {
-                    let node = Node::Record(RecordView::Transcript {
-                        agent: agent.clone(),
+                    let node = Node::record(RecordView::Transcript {
+                        agent: agent.to_string(),
                     });
                     match self.getattr(&node) {
                         Ok(attr) => out.push(Child::new(TRANSCRIPT_MD, node, attr)),
@@ -316,10 +320,10 @@ impl Tree {
                 let done = named(out, META_FILE).is_some();
                 let json = out[json].attr.clone();
                 let view = RecordView::Response {
-                    agent: agent.clone(),
-                    step: step.clone(),
+                    agent: agent.to_string(),
+                    step: step.to_string(),
                 };
-                let node = Node::Record(view.clone());
+                let node = Node::record(view.clone());
                 if self.record_may_see(&node, &view).is_err() {
                     return;
                 }
@@ -355,7 +359,7 @@ impl Tree {
             .1
             .to_str()?
             .to_string();
-        let node = Node::Record(RecordView::Latest {
+        let node = Node::record(RecordView::Latest {
             agent: agent.to_string(),
         });
         let dir = Backed::new(Path::new(STEPS_DIR).join(agent));

@@ -207,7 +207,7 @@ fn hostile_names_are_not_found() {
             "{bad:?}"
         );
         assert!(
-            tree.lookup(&Node::Git(GitNode::AgentsRoot), OsStr::new(bad))
+            tree.lookup(&Node::git(GitNode::AgentsRoot), OsStr::new(bad))
                 .is_err(),
             "{bad:?}"
         );
@@ -320,7 +320,7 @@ fn latest_links_to_the_highest_numbered_step_and_moves() {
     let confined = Tree::new(Workspace::open(f.root()).unwrap())
         .unwrap()
         .confined_to(B);
-    let theirs = Node::Record(RecordView::Latest { agent: A.into() });
+    let theirs = Node::record(RecordView::Latest { agent: A.into() });
     assert!(confined.getattr(&theirs).is_err());
     assert!(confined.readlink(&theirs).is_err());
     // Opening the link itself as a file is ELOOP.
