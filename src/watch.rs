@@ -13,6 +13,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -64,7 +65,9 @@ pub enum Change {
 
 #[derive(Debug, Clone)]
 enum Watched {
-    Backing(PathBuf),
+    /// One copy of the path, shared with the `backing` map's key: a large workspace has
+    /// a watch for every directory listed.
+    Backing(Arc<Path>),
     Refs,
 }
 
@@ -72,7 +75,7 @@ pub struct Watcher {
     inotify: Inotify,
     repo: PathBuf,
     wds: Mutex<FastMap<i32, Watched>>,
-    backing: Mutex<FastMap<PathBuf, i32>>,
+    backing: Mutex<FastMap<Arc<Path>, i32>>,
 }
 
 impl Watcher {
@@ -135,10 +138,9 @@ impl Watcher {
     fn added(&self, rel: &Path, added: io::Result<i32>) -> bool {
         match added {
             Ok(wd) => {
-                self.wds
-                    .lock()
-                    .insert(wd, Watched::Backing(rel.to_path_buf()));
-                self.backing.lock().insert(rel.to_path_buf(), wd);
+                let rel: Arc<Path> = Arc::from(rel);
+                self.wds.lock().insert(wd, Watched::Backing(rel.clone()));
+                self.backing.lock().insert(rel, wd);
                 true
             }
             Err(e) => {
@@ -172,10 +174,10 @@ impl Watcher {
                 Some(Watched::Backing(dir)) => {
                     if ev.watch_ended() {
                         self.forget(ev.wd, &dir);
-                        out.push(Change::Gone(dir));
+                        out.push(Change::Gone(dir.to_path_buf()));
                     } else if !ev.name.is_empty() {
                         out.push(Change::Entry {
-                            dir,
+                            dir: dir.to_path_buf(),
                             name: OsStr::from_bytes(ev.name).to_os_string(),
                             renamed: ev.renamed(),
                         });

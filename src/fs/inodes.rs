@@ -22,10 +22,12 @@ pub const ROOT_INO: u64 = 1;
 /// Where numbers that are not backing inode numbers start: above any a file system gives.
 pub const ALLOCATED_BASE: u64 = 1 << 63;
 
+/// One number the kernel references. A derived number's identity is the number itself
+/// on the root device, so only the others' are kept (in `identities`): a slot is two
+/// words, and a large workspace's kernel holds hundreds of thousands.
 struct Slot {
     /// Shared with `by_node`'s key, and handed out by [`InodeTable::get`] without a copy.
     node: Arc<Node>,
-    identity: Identity,
     lookups: u64,
 }
 
@@ -33,6 +35,8 @@ struct Inner {
     /// The numbers of identities that have no number by construction (see
     /// [`InodeTable::derived`]); a derived number is its own key in `slots`.
     allocated: FastMap<Identity, u64>,
+    /// The identity behind each allocated number (the reverse of `allocated`).
+    identities: FastMap<u64, Identity>,
     /// The latest number each node (path) resolved to, for turning a change on disk into
     /// the inode to invalidate.
     by_node: FastMap<Arc<Node>, u64>,
@@ -62,13 +66,13 @@ impl InodeTable {
             ROOT_INO,
             Slot {
                 node: node.clone(),
-                identity: root.clone(),
                 lookups: 1,
             },
         );
         Self {
             inner: Mutex::new(Inner {
-                allocated: FastMap::from_iter([(root, ROOT_INO)]),
+                allocated: FastMap::from_iter([(root.clone(), ROOT_INO)]),
+                identities: FastMap::from_iter([(ROOT_INO, root)]),
                 by_node: FastMap::from_iter([(node, ROOT_INO)]),
                 slots,
                 next: ALLOCATED_BASE,
@@ -130,6 +134,7 @@ impl InodeTable {
                 let ino = inner.next;
                 inner.next += 1;
                 inner.allocated.insert(identity.clone(), ino);
+                inner.identities.insert(ino, identity.clone());
                 ino
             }
         };
@@ -139,7 +144,6 @@ impl InodeTable {
             ino,
             Slot {
                 node,
-                identity: identity.clone(),
                 lookups: count,
             },
         );
@@ -149,10 +153,15 @@ impl InodeTable {
     /// The node and identity behind `ino`, if the kernel still references it.
     pub fn get(&self, ino: u64) -> Option<(Arc<Node>, Identity)> {
         let inner = self.inner.lock();
-        inner
-            .slots
-            .get(&ino)
-            .map(|s| (s.node.clone(), s.identity.clone()))
+        let slot = inner.slots.get(&ino)?;
+        let identity = match inner.identities.get(&ino) {
+            Some(identity) => identity.clone(),
+            None => Identity::Backing {
+                dev: self.root_dev?,
+                ino,
+            },
+        };
+        Some((slot.node.clone(), identity))
     }
 
     /// The number `node` last resolved to, if the kernel may still hold it.
@@ -185,8 +194,8 @@ impl InodeTable {
             None => false,
         };
         if gone && let Some(slot) = inner.slots.remove(&ino) {
-            if self.derived(&slot.identity).is_none() {
-                inner.allocated.remove(&slot.identity);
+            if let Some(identity) = inner.identities.remove(&ino) {
+                inner.allocated.remove(&identity);
             }
             if inner.by_node.get(&*slot.node) == Some(&ino) {
                 inner.by_node.remove(&*slot.node);
@@ -235,8 +244,22 @@ mod tests {
             4242,
             "forgotten and looked up again: same number"
         );
+        assert_eq!(
+            t.get(4242).map(|g| g.1),
+            Some(a.clone()),
+            "derived, not stored"
+        );
         let other_dev = Identity::Backing { dev: 8, ino: 4242 };
-        assert!(t.lookup(&other_dev, &node) >= ALLOCATED_BASE);
+        let other = t.lookup(&other_dev, &node);
+        assert!(other >= ALLOCATED_BASE);
+        assert_eq!(t.get(other).map(|g| g.1), Some(other_dev.clone()));
+        t.forget(other, 1);
+        assert!(t.get(other).is_none());
+        assert_ne!(
+            t.lookup(&other_dev, &node),
+            other,
+            "its identity went with it"
+        );
         assert!(
             t.lookup(
                 &Identity::Virtual(Box::new(Node::git(GitNode::MarksRoot))),
