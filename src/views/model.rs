@@ -82,13 +82,18 @@ pub struct Agent {
     /// Deposits the drain would accept, by (file name, mtime in ns): names are reused.
     pub pending: Inbox,
     /// Every numbered step directory, by number.
-    pub steps: BTreeMap<u64, String>,
+    pub steps: StepList,
     /// The highest-numbered step, read.
     pub latest: Option<Step>,
     /// Seconds: the newest of the tip's commit time, the latest step's files and the
     /// inbox's entries.
     pub last_activity: Option<i64>,
 }
+
+/// An agent's numbered step directories: number → name on disk. Shared between the
+/// scanner's cache and every model made from it while `steps/<id>` is unchanged (a large
+/// workspace has tens of thousands of steps, and a model is copied at each look).
+pub type StepList = Arc<BTreeMap<u64, String>>;
 
 /// An inbox's pending deposits, by (file name, mtime in ns).
 pub type Inbox = BTreeMap<(String, i128), Pending>;
@@ -276,7 +281,7 @@ pub struct Scanner {
     backing: Backing,
     refs: Refs,
     /// `steps/<id>` listings: its stat → step number → name.
-    steps: FastMap<String, (StatKey, BTreeMap<u64, String>)>,
+    steps: FastMap<String, (StatKey, StepList)>,
     /// Step directories read, by path: the stats they were read at.
     step_cache: FastMap<PathBuf, (Vec<StatKey>, Step)>,
     tool_cache: FastMap<PathBuf, (Vec<StatKey>, Tool)>,
@@ -546,18 +551,18 @@ impl Scanner {
     }
 
     /// The numbered step directories of agent `id`, whose `steps/<id>` has stat `st`.
-    fn step_list_at(&mut self, id: &str, st: Option<Stat>) -> BTreeMap<u64, String> {
+    fn step_list_at(&mut self, id: &str, st: Option<Stat>) -> StepList {
         let rel = Path::new(STEPS_DIR).join(id);
         let Some(st) = st else {
             self.steps.remove(id);
-            return BTreeMap::new();
+            return StepList::default();
         };
         if let Some((k, list)) = self.steps.get(id)
             && *k == key(&st)
         {
             return list.clone();
         }
-        let list: BTreeMap<u64, String> = self
+        let list: StepList = self
             .backing
             .list(&rel)
             .unwrap_or_default()
@@ -567,7 +572,8 @@ impl Scanner {
                 let n = n.into_string().ok()?;
                 Some((step_number(n.as_bytes())?, n))
             })
-            .collect();
+            .collect::<BTreeMap<_, _>>()
+            .into();
         self.steps.insert(id.to_string(), (key(&st), list.clone()));
         list
     }
