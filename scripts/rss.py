@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Where a mount's memory goes: the daemon's RSS after mounting, once the events have
+settled, and after a cold walk (os.walk + lstat) of steps/, for a generated workspace of
+AGENTS agents x 40 steps. The developer's loop for the scale section's RSS target,
+without its timings.
+
+    python3 scripts/rss.py [AGENTS] [LITANYFS]    (default: 200, target/release/litanyfs)
+
+AGENTS=2000 is the scale section's workspace (728,000 entries shown). The workspace is
+kept under $TMPDIR/litanyfs-rss/ for the next run.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402  (make_workspace, events_settled)
+
+agents = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+binary = sys.argv[2] if len(sys.argv) > 2 else str(Path(__file__).resolve().parent.parent / "target/release/litanyfs")
+base = Path(tempfile.gettempdir()) / "litanyfs-rss"
+base.mkdir(exist_ok=True)
+ws = base / f"ws{agents}"
+if not ws.exists():
+    bench.make_workspace(ws, agents, 40)
+mnt = base / "mnt"
+mnt.mkdir(exist_ok=True)
+subprocess.run([binary, "mount", str(ws), str(mnt), "--log-file", str(base / "log")], check=True, capture_output=True)
+try:
+    pid = bench.daemon_pid(mnt)
+
+    def rss():
+        fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines())
+        return f"RSS {fields['VmRSS'].strip()}, peak {fields['VmHWM'].strip()}"
+
+    print(f"mounted: {rss()}", flush=True)
+    bench.events_settled(mnt, 600)
+    print(f"events settled: {rss()}", flush=True)
+    n, t = 0, time.perf_counter()
+    for d, _, files in os.walk(mnt / "steps"):
+        for f in files:
+            os.lstat(os.path.join(d, f))
+            n += 1
+    print(f"after a cold walk of {n} files ({time.perf_counter() - t:.1f} s): {rss()}", flush=True)
+finally:
+    subprocess.run([binary, "unmount", str(mnt)], capture_output=True)
