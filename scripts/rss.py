@@ -31,6 +31,8 @@ mnt.mkdir(exist_ok=True)
 subprocess.run([binary, "mount", str(ws), str(mnt), "--log-file", str(base / "log")], check=True, capture_output=True)
 try:
     pid = bench.daemon_pid(mnt)
+    if pid is None:
+        sys.exit("no daemon found for the mount (the binary must be named litanyfs)")
 
     def rss():
         fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines())

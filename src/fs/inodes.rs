@@ -37,8 +37,9 @@ struct Inner {
     allocated: FastMap<Identity, u64>,
     /// The identity behind each allocated number (the reverse of `allocated`).
     identities: FastMap<u64, Identity>,
-    /// The latest number each node (path) resolved to, for turning a change on disk into
-    /// the inode to invalidate.
+    /// The latest number each node (path) with an allocated number resolved to, for
+    /// turning a change into the inode to invalidate. A derived number needs no entry: it
+    /// is the backing file's own, found by a `stat` ([`InodeTable::known`]).
     by_node: FastMap<Arc<Node>, u64>,
     slots: FastMap<u64, Slot>,
     next: u64,
@@ -121,10 +122,12 @@ impl InodeTable {
             if *slot.node != *node {
                 let node = Arc::new(node.clone());
                 let old = std::mem::replace(&mut slot.node, node.clone());
-                if inner.by_node.get(&old) == Some(&ino) {
-                    inner.by_node.remove(&old);
+                if derived.is_none() {
+                    if inner.by_node.get(&old) == Some(&ino) {
+                        inner.by_node.remove(&old);
+                    }
+                    inner.by_node.insert(node, ino);
                 }
-                inner.by_node.insert(node, ino);
             }
             return ino;
         }
@@ -139,7 +142,9 @@ impl InodeTable {
             }
         };
         let node = Arc::new(node.clone());
-        inner.by_node.insert(node.clone(), ino);
+        if derived.is_none() {
+            inner.by_node.insert(node.clone(), ino);
+        }
         inner.slots.insert(
             ino,
             Slot {
@@ -164,9 +169,20 @@ impl InodeTable {
         Some((slot.node.clone(), identity))
     }
 
-    /// The number `node` last resolved to, if the kernel may still hold it.
+    /// The allocated number `node` last resolved to, if the kernel may still hold it. A
+    /// backing file's derived number is not found here: see [`InodeTable::known`].
     pub fn ino_of(&self, node: &Node) -> Option<u64> {
         self.inner.lock().by_node.get(node).copied()
+    }
+
+    /// The number `identity` has, if the kernel references it now.
+    pub fn known(&self, identity: &Identity) -> Option<u64> {
+        let inner = self.inner.lock();
+        let ino = match self.derived(identity) {
+            Some(ino) => ino,
+            None => *inner.allocated.get(identity)?,
+        };
+        inner.slots.contains_key(&ino).then_some(ino)
     }
 
     /// Every backing node the table knows, for invalidating all of them at once.

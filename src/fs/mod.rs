@@ -931,6 +931,22 @@ impl Invalidator {
         }
     }
 
+    /// The number the kernel knows `node` by, if any: a backing node's is found from the
+    /// file's identity now (a `stat`), any other's from the table's record of its path.
+    fn ino_of(&self, node: &Node) -> Option<u64> {
+        let inodes = &self.state.inodes;
+        if let Node::Backing(b) = node
+            && let Ok(st) = self.state.tree.backing().lstat(b.rel())
+            && let Some(ino) = inodes.known(&Identity::Backing {
+                dev: st.dev,
+                ino: st.ino,
+            })
+        {
+            return Some(ino);
+        }
+        inodes.ino_of(node)
+    }
+
     fn apply(&self, n: &Notifier, change: Change) {
         let inodes = &self.state.inodes;
         // ENOENT from the kernel only means it had nothing cached; other failures mean the
@@ -945,26 +961,26 @@ impl Invalidator {
         match change {
             Change::Entry { dir, name, renamed } => {
                 let dir_node = Node::backing(dir.clone());
-                if renamed && let Some(d) = inodes.ino_of(&dir_node) {
+                if renamed && let Some(d) = self.ino_of(&dir_node) {
                     quiet(n.inval_entry(INodeNo(d), &name));
                     quiet(n.inval_inode(INodeNo(d), 0, 0));
                 }
-                if let Some(c) = inodes.ino_of(&Node::backing(dir.join(&name))) {
+                if let Some(c) = self.ino_of(&Node::backing(dir.join(&name))) {
                     quiet(n.inval_inode(INodeNo(c), 0, 0));
                 }
                 // A view rendered from that entry (response.md) changes with it.
                 if let Some(view) = crate::tree::derived_from(&dir, &name)
-                    && let Some(v) = inodes.ino_of(&view)
+                    && let Some(v) = self.ino_of(&view)
                 {
                     quiet(n.inval_inode(INodeNo(v), 0, 0));
                 }
             }
             Change::Gone(dir) => {
-                if let Some(d) = inodes.ino_of(&Node::backing(dir.clone())) {
+                if let Some(d) = self.ino_of(&Node::backing(dir.clone())) {
                     quiet(n.inval_inode(INodeNo(d), 0, 0));
                 }
                 if let (Some(parent), Some(name)) = (dir.parent(), dir.file_name())
-                    && let Some(p) = inodes.ino_of(&Node::backing(parent))
+                    && let Some(p) = self.ino_of(&Node::backing(parent))
                 {
                     quiet(n.inval_entry(INodeNo(p), name));
                 }
@@ -972,7 +988,7 @@ impl Invalidator {
             Change::Refs => {
                 self.state.tree.views().refs_moved();
                 for node in self.state.tree.refs_changed() {
-                    if let Some(i) = inodes.ino_of(&node) {
+                    if let Some(i) = self.ino_of(&node) {
                         quiet(n.inval_inode(INodeNo(i), 0, 0));
                     }
                 }
@@ -985,7 +1001,7 @@ impl Invalidator {
                     quiet(n.inval_inode(INodeNo(ino), 0, 0));
                     if let Node::Backing(b) = &node
                         && let (Some(parent), Some(name)) = (b.rel().parent(), b.rel().file_name())
-                        && let Some(p) = inodes.ino_of(&Node::backing(parent))
+                        && let Some(p) = self.ino_of(&Node::backing(parent))
                     {
                         quiet(n.inval_entry(INodeNo(p), name));
                     }
