@@ -4,7 +4,8 @@ settled, and after a cold walk (os.walk + lstat) of steps/, for a generated work
 AGENTS agents x 40 steps. The developer's loop for the scale section's RSS target,
 without its timings.
 
-    python3 scripts/rss.py [AGENTS] [LITANYFS]    (default: 200, target/release/litanyfs)
+    python3 scripts/rss.py [AGENTS] [LITANYFS] [--settle]
+        (default: 200, target/release/litanyfs; --settle stops before the walk)
 
 AGENTS=2000 is the scale section's workspace (728,000 entries shown). The workspace is
 kept under $TMPDIR/litanyfs-rss/ for the next run.
@@ -19,8 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (make_workspace, events_settled)
 
-agents = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-binary = sys.argv[2] if len(sys.argv) > 2 else str(Path(__file__).resolve().parent.parent / "target/release/litanyfs")
+settle_only = "--settle" in sys.argv[1:]
+args = [a for a in sys.argv[1:] if a != "--settle"]
+agents = int(args[0]) if args else 200
+binary = args[1] if len(args) > 1 else str(Path(__file__).resolve().parent.parent / "target/release/litanyfs")
 base = Path(tempfile.gettempdir()) / "litanyfs-rss"
 base.mkdir(exist_ok=True)
 ws = base / f"ws{agents}"
@@ -41,6 +44,8 @@ try:
     print(f"mounted: {rss()}", flush=True)
     bench.events_settled(mnt, 600)
     print(f"events settled: {rss()}", flush=True)
+    if settle_only:
+        sys.exit(0)
     n, t = 0, time.perf_counter()
     for d, _, files in os.walk(mnt / "steps"):
         for f in files:

@@ -85,15 +85,19 @@ pub fn reconstruct(m0: &Model, scanner: &mut Scanner, max: usize) -> Vec<Event> 
         let mut found = 0;
         for (n, dir) in a.steps.iter().rev() {
             let latest = a.latest.as_ref().filter(|l| l.number == *n);
+            let read;
             let s = match latest {
-                Some(l) => l.clone(),
-                None => scanner.step(id, *n, dir),
+                Some(l) => &**l,
+                None => {
+                    read = scanner.step(id, *n, dir);
+                    &read
+                }
             };
             let mut evs = Vec::new();
-            follow::step(id, None, &s, latest.is_some(), a.running, 0, &mut evs);
+            follow::step(id, None, s, latest.is_some(), a.running, 0, &mut evs);
             found += evs.len();
             for mut e in evs {
-                e.at = time_of(&e, &s);
+                e.at = time_of(&e, s);
                 out.push(e);
             }
             if found >= max {

@@ -83,8 +83,9 @@ pub struct Agent {
     pub pending: Inbox,
     /// Every numbered step directory, by number.
     pub steps: StepList,
-    /// The highest-numbered step, read.
-    pub latest: Option<Step>,
+    /// The highest-numbered step, read. Shared with the scanner's record of it and with
+    /// the next model while it stands, like `steps`.
+    pub latest: Option<Arc<Step>>,
     /// Seconds: the newest of the tip's commit time, the latest step's files and the
     /// inbox's entries.
     pub last_activity: Option<i64>,
@@ -291,7 +292,7 @@ pub struct Scanner {
     blobs: FastMap<Oid, Option<String>>,
     /// Per agent, the latest step as last read, with what would make it stale: see
     /// [`Scanner::settled`].
-    settled: FastMap<String, (Vec<StatKey>, bool, Step)>,
+    settled: FastMap<String, (Vec<StatKey>, bool, Arc<Step>)>,
     /// Scans since the last one that read every latest step afresh.
     since_full: u32,
     /// The refs as last read, and when.
@@ -466,7 +467,7 @@ impl Scanner {
                     s.clone()
                 }
                 _ => {
-                    let s = self.step(id, *n, dir);
+                    let s = Arc::new(self.step(id, *n, dir));
                     let all_out = s.tools.values().all(|t| t.output.is_some());
                     if all_out {
                         self.settled
