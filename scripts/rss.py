@@ -4,8 +4,9 @@ settled, and after a cold walk (os.walk + lstat) of steps/, for a generated work
 AGENTS agents x 40 steps. The developer's loop for the scale section's RSS target,
 without its timings.
 
-    python3 scripts/rss.py [AGENTS] [LITANYFS] [--settle]
-        (default: 200, target/release/litanyfs; --settle stops before the walk)
+    python3 scripts/rss.py [AGENTS] [LITANYFS] [--settle | --grep]
+        (default: 200, target/release/litanyfs; --settle stops before the walk, --grep
+        adds a `grep -r` over steps/ after it, which reads every record)
 
 AGENTS=2000 is the scale section's workspace (728,000 entries shown). The workspace is
 kept under $TMPDIR/litanyfs-rss/ for the next run.
@@ -21,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (make_workspace, events_settled)
 
 settle_only = "--settle" in sys.argv[1:]
-args = [a for a in sys.argv[1:] if a != "--settle"]
+then_grep = "--grep" in sys.argv[1:]
+args = [a for a in sys.argv[1:] if a not in ("--settle", "--grep")]
 agents = int(args[0]) if args else 200
 binary = args[1] if len(args) > 1 else str(Path(__file__).resolve().parent.parent / "target/release/litanyfs")
 base = Path(tempfile.gettempdir()) / "litanyfs-rss"
@@ -52,5 +54,9 @@ try:
             os.lstat(os.path.join(d, f))
             n += 1
     print(f"after a cold walk of {n} files ({time.perf_counter() - t:.1f} s): {rss()}", flush=True)
+    if then_grep:
+        t = time.perf_counter()
+        subprocess.run(["grep", "-r", "-c", "no such text", str(mnt / "steps")], capture_output=True)
+        print(f"after grep -r ({time.perf_counter() - t:.1f} s): {rss()}", flush=True)
 finally:
     subprocess.run([binary, "unmount", str(mnt)], capture_output=True)

@@ -137,8 +137,9 @@ enum Key {
 enum Value {
     Response(Arc<Mutex<Rendering>>),
     /// Only the length of a closed `response.md` of at most [`LENGTH_ONLY_BYTES`] of
-    /// `response.json`, as of that file's version `key`: what a listing needs. A read
-    /// renders it again, which costs less than keeping every listed step's rendering.
+    /// `response.json`, as of that file's version `key`: what a listing needs. Each read
+    /// renders it again, which costs less than keeping the rendering of every step
+    /// listed or read (a `grep -r` reads them all once).
     Length {
         key: CaptureKey,
         len: u64,
@@ -147,9 +148,9 @@ enum Value {
 }
 
 /// The largest `response.json` whose closed `response.md` is remembered by its length
-/// alone once sized ([`Value::Length`]): rendering this much again takes well under a
-/// millisecond, and a listing of many steps then costs the cache a few dozen bytes a
-/// step instead of each step's rendering.
+/// alone once sized or read ([`Value::Length`]): rendering this much again takes well
+/// under a millisecond, and a listing or a `grep -r` of many steps then costs the cache
+/// a slot a step instead of each step's rendering.
 pub const LENGTH_ONLY_BYTES: u64 = CHECKPOINT_BYTES;
 
 type Lru = ByteLru<Key, Value>;
@@ -262,28 +263,54 @@ impl Records {
     /// nothing will be appended any more (the step has a successor or a `meta.json`, or
     /// its executor is gone); it adds the end of a half stream. Pass it monotonically.
     pub fn response_len(&self, file: &File, key: CaptureKey, closed: bool) -> io::Result<u64> {
-        let slot = Key::Response(key.dev, key.ino);
-        let length_only = closed && key.size <= LENGTH_ONLY_BYTES;
-        if length_only {
-            let mut lru = self.lru.lock();
-            match lru.get(slot) {
-                Some(Value::Length { key: k, len }) if k == key => return Ok(len),
-                // A rendering already held (the file is being read) answers itself.
-                Some(Value::Response(_)) => {}
-                _ => {
-                    drop(lru);
-                    let mut r = self.rendering();
-                    r.sync(file, key, closed)?;
-                    let len = r.len();
-                    let mut lru = self.lru.lock();
-                    // Its slot is all it costs, and the cache counts slots itself.
-                    lru.insert(slot, Value::Length { key, len }, 0);
-                    lru.evict(self.budget);
-                    return Ok(len);
-                }
-            }
+        match self.length_only(file, key, closed, None)? {
+            Some(len) => Ok(len),
+            None => self.with_response(file, key, closed, |r| Ok(r.len())),
         }
-        self.with_response(file, key, closed, |r| Ok(r.len()))
+    }
+
+    /// For a closed `response.md` of at most [`LENGTH_ONLY_BYTES`] of `response.json`
+    /// that the cache holds no rendering of: its length, and `read`'s bytes
+    /// (`offset`, `len`, appended to the buffer) from a rendering made for this call
+    /// alone; only the length is kept ([`Value::Length`]). `None` for any other
+    /// `response.md`, which [`Records::with_response`] serves.
+    fn length_only(
+        &self,
+        file: &File,
+        key: CaptureKey,
+        closed: bool,
+        read: Option<(u64, u64, &mut Vec<u8>)>,
+    ) -> io::Result<Option<u64>> {
+        if !closed || key.size > LENGTH_ONLY_BYTES {
+            return Ok(None);
+        }
+        let slot = Key::Response(key.dev, key.ino);
+        let known = match self.lru.lock().get(slot) {
+            Some(Value::Length { key: k, len }) if k == key => Some(len),
+            // A rendering already held answers itself.
+            Some(Value::Response(_)) => return Ok(None),
+            _ => None,
+        };
+        // Sizing, or a read at or past the end (a reader's last, empty one), needs no
+        // rendering once the length is known.
+        if let Some(len) = known
+            && read.as_ref().is_none_or(|(offset, _, _)| *offset >= len)
+        {
+            return Ok(Some(len));
+        }
+        let mut r = self.rendering();
+        r.sync(file, key, closed)?;
+        if let Some((offset, n, out)) = read {
+            r.read(file, offset, n, out)?;
+        }
+        let len = r.len();
+        if known.is_none() {
+            let mut lru = self.lru.lock();
+            // Its slot is all it costs, and the cache counts slots itself.
+            lru.insert(slot, Value::Length { key, len }, 0);
+            lru.evict(self.budget);
+        }
+        Ok(Some(len))
     }
 
     /// Bytes `[offset, offset + len)` of `response.md`, cut short at its end (as a file
@@ -311,6 +338,12 @@ impl Records {
         len: u64,
         out: &mut Vec<u8>,
     ) -> io::Result<()> {
+        if self
+            .length_only(file, key, closed, Some((offset, len, &mut *out)))?
+            .is_some()
+        {
+            return Ok(());
+        }
         self.with_response(file, key, closed, |r| r.read(file, offset, len, out))
     }
 

@@ -368,7 +368,7 @@ fn renderings_ahead_on_other_threads_match_the_fold_line_by_line() {
 }
 
 #[test]
-fn a_closed_small_response_is_remembered_by_its_length_and_read_afresh() {
+fn a_closed_small_response_is_remembered_by_its_length_and_rendered_afresh_for_each_read() {
     let bytes = stream();
     let r = Response::new();
     r.append(&bytes);
@@ -390,11 +390,33 @@ fn a_closed_small_response_is_remembered_by_its_length_and_read_afresh() {
         sized,
         "the second sizing reuses the length"
     );
-    // A read renders it, and keeps the rendering while it is read.
+    // A read renders it for itself and keeps only the length, whole or in pieces.
     let got = records.response_read(&f, key, true, 0, len + 10).unwrap();
     assert_eq!(got, whole);
-    assert!(records.used_bytes() > sized);
+    let mut pieces = Vec::new();
+    for at in (0..len + 7).step_by(7) {
+        pieces.extend(records.response_read(&f, key, true, at, 7).unwrap());
+    }
+    assert_eq!(pieces, whole);
+    assert!(
+        records
+            .response_read(&f, key, true, len, 10)
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(records.used_bytes(), sized, "a read keeps no rendering");
     assert_eq!(records.entries(), 1);
+    // A response still growing keeps its rendering, for the appends to come.
+    let live = Response::new();
+    live.append(&bytes);
+    let (lf, lkey) = live.open();
+    assert_eq!(
+        records
+            .response_read(&lf, lkey, false, 0, len + 10)
+            .unwrap(),
+        render_all(&bytes)
+    );
+    assert!(records.used_bytes() > sized + 256);
     // A new version of the file is sized again, not answered from the old length.
     let more = ndjson(&[
         ev::start("m3"),
