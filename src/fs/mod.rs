@@ -997,11 +997,16 @@ impl Invalidator {
                 log::warn!("inotify queue overflowed; invalidating every cached record");
                 self.state.tree.refs().invalidate();
                 self.state.tree.views().refs_moved();
+                // Each directory's number is looked up (a `stat`) once, not once per entry.
+                let mut parents: crate::FastMap<std::path::PathBuf, Option<u64>> =
+                    crate::FastMap::default();
                 for (ino, node) in inodes.backing_nodes() {
                     quiet(n.inval_inode(INodeNo(ino), 0, 0));
                     if let Node::Backing(b) = &node
                         && let (Some(parent), Some(name)) = (b.rel().parent(), b.rel().file_name())
-                        && let Some(p) = self.ino_of(&Node::backing(parent))
+                        && let Some(p) = *parents
+                            .entry(parent.to_path_buf())
+                            .or_insert_with(|| self.ino_of(&Node::backing(parent)))
                     {
                         quiet(n.inval_entry(INodeNo(p), name));
                     }

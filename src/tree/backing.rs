@@ -38,30 +38,31 @@ impl Tree {
     }
 
     pub(super) fn backing_getattr(&self, node: &Node, b: &Backed) -> Result<Attr, TreeError> {
-        if !self.may_see(&b.place()) {
+        let place = b.place();
+        if !self.may_see(&place) {
             return Err(TreeError::not_found(node.path()));
         }
         let st = self
             .backing
             .lstat(b.rel())
             .map_err(|e| TreeError::io(node.path(), e))?;
-        if !shows(b, &st) {
+        if !shows(b, &place, &st) {
             return Err(TreeError::not_found(node.path()));
         }
-        Ok(self.backing_node_attr(b, &st))
+        Ok(self.backing_node_attr(&place, &st))
     }
 
-    /// The attributes of backing node `b`: those of its `stat`, with an inbox directory
-    /// writable when the mount takes deposits.
-    fn backing_node_attr(&self, b: &Backed, st: &Stat) -> Attr {
+    /// The attributes of the backing node at `place`: those of its `stat`, with an inbox
+    /// directory writable when the mount takes deposits.
+    fn backing_node_attr(&self, place: &Place, st: &Stat) -> Attr {
         let mut attr = self.backing_attr(st);
-        if let Place::AgentSteps { agent } = b.place()
-            && let Some(at) = self.agents_changed.lock().get(agent)
+        if let Place::AgentSteps { agent } = place
+            && let Some(at) = self.agents_changed.lock().get(*agent)
         {
             attr.mtime = attr.mtime.max(*at);
         }
         if attr.kind == Kind::Dir
-            && let Some(agent) = b.inbox_agent()
+            && let Place::Inbox { agent: Some(agent) } = place
         {
             if self.deposits.is_some() {
                 attr.perm = INBOX_DIR_PERM;
@@ -106,17 +107,18 @@ impl Tree {
         b: &Backed,
         name: &OsStr,
     ) -> Result<Node, TreeError> {
-        if let Place::ToolDir(record) = b.place()
-            && let Some(node) = super::capture::child(parent, &record, name)?
+        let place = b.place();
+        if let Place::ToolDir(record) = &place
+            && let Some(node) = super::capture::child(parent, record, name)?
         {
             return Ok(node);
         }
-        if let Some(agent) = b.inbox_agent()
+        if let Place::Inbox { agent: Some(agent) } = place
             && let Some(node) = self.draft_child(b, agent, name)
         {
             return Ok(node);
         }
-        if let Some(view) = super::records::child(&b.place(), name)
+        if let Some(view) = super::records::child(&place, name)
             && self.backing.lstat(&b.rel().join(name)).is_err()
         {
             // A record of the same name on disk, should one appear, wins.
@@ -136,35 +138,40 @@ impl Tree {
             .backing
             .list_open(b.rel())
             .map_err(|e| TreeError::io(node.path(), e))?;
-        let mut entries: Vec<_> = entries
+        // Each child's place is parsed once, for the filter and its attributes.
+        let mut out: Vec<Child> = entries
             .into_iter()
-            .map(|(name, st)| (b.join(&name), name, st))
-            .filter(|(child, _, st)| shows(child, st) && self.may_see(&child.place()))
+            .filter_map(|(name, st)| {
+                let child = b.join(&name);
+                let place = child.place();
+                if !shows(&child, &place, &st) || !self.may_see(&place) {
+                    return None;
+                }
+                let attr = self.backing_node_attr(&place, &st);
+                Some(Child::new(name, Node::Backing(child), attr))
+            })
             .collect();
-        entries.sort_by(|a, b| a.1.cmp(&b.1));
-        let mut out = Vec::with_capacity(entries.len());
-        for (child, name, st) in entries {
-            let attr = self.backing_node_attr(&child, &st);
-            out.push(Child::new(name, Node::Backing(child), attr));
-        }
-        if let Place::ToolDir(record) = b.place()
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        let place = b.place();
+        if let Place::ToolDir(record) = &place
             && out
                 .iter()
                 .any(|c| c.name == crate::paging::address::OUTPUT_FILE)
         {
-            self.push_streams(&mut out, &record);
+            self.push_streams(&mut out, record);
         }
-        if let Some(agent) = b.inbox_agent() {
+        if let Place::Inbox { agent: Some(agent) } = place {
             self.push_drafts(&mut out, agent);
         }
-        self.push_record_views(&mut out, &b.place());
+        self.push_record_views(&mut out, &place);
         Ok((out, dir))
     }
 
     /// Opens a backing file for reading. The open's own `fstat` decides what it is (one
     /// look at the disk, not a `lstat` before it): only a regular file the view shows.
     pub(super) fn backing_open(&self, node: &Node, b: &Backed) -> Result<Content, TreeError> {
-        if !self.may_see(&b.place()) {
+        let place = b.place();
+        if !self.may_see(&place) {
             return Err(TreeError::not_found(node.path()));
         }
         let (f, st) = self
@@ -174,19 +181,19 @@ impl Tree {
                 Some(libc::EISDIR) => TreeError::new(node.path(), ErrorKind::IsDir),
                 _ => TreeError::io(node.path(), e),
             })?;
-        if !shows(b, &st) {
+        if !shows(b, &place, &st) {
             return Err(TreeError::not_found(node.path()));
         }
         Ok(Content::File(f))
     }
 }
 
-/// Whether backing entry `b` is part of the view.
-fn shows(b: &Backed, st: &Stat) -> bool {
+/// Whether backing entry `b`, at `place`, is part of the view.
+fn shows(b: &Backed, place: &Place, st: &Stat) -> bool {
     let Some(name) = b.rel().file_name() else {
         return true;
     };
-    match b.place() {
+    match place {
         Place::StepsRoot | Place::InboxRoot => true,
         Place::AgentSteps { .. }
         | Place::Step { .. }
