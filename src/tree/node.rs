@@ -1,6 +1,7 @@
-//! Nodes: what a path under the mount *is*, decided once when the path is resolved and
-//! carried from then on, so no answer has to work out again from path components which
-//! inbox, tool directory or agent a node belongs to.
+//! Nodes: what a path under the mount *is*, decided when the path is resolved and carried
+//! from then on. A backing node carries only its path, since the inode table keeps one for
+//! every entry the kernel holds; what that path is ([`Place`]) is derived from it by one
+//! grammar, without allocating but for a tool record, once per operation that asks.
 //!
 //! Each family of nodes has one home, which answers every operation on it:
 //!
