@@ -142,6 +142,15 @@ pub const SHORT_TTL: Duration = Duration::from_millis(250);
 /// What it may not keep at all: a size not known yet, or a file that grows by itself.
 pub const NO_TTL: Duration = Duration::ZERO;
 
+/// The smallest watched backing file the kernel reads straight from the disk
+/// (passthrough); a smaller one is read through the daemon once and then kept in the
+/// kernel's cache across opens. Passthrough costs each open and release a registration
+/// with the kernel, about a third of what an open of a small file costs the daemon, and
+/// it gains nothing on a file a single read covers; a large file is read at the disk's
+/// speed without a copy through the daemon. One kernel read (256 pages) is the size at
+/// which the trade turns.
+pub const PASSTHROUGH_BYTES: u64 = 1 << 20;
+
 /// One answer about a name: the node, its attributes, and how long the kernel may keep
 /// both (an entry of a listing, or the result of a lookup).
 #[derive(Debug, Clone)]
@@ -645,7 +654,7 @@ impl Tree {
                 // Pages of a watched record stay cached across opens: every change to
                 // it is invalidated as it happens.
                 opened.keep_cache = self.ttl(node, &attr) == WATCHED_TTL;
-                opened.passthrough = true;
+                opened.passthrough = !opened.keep_cache || attr.size >= PASSTHROUGH_BYTES;
             }
             Content::Draft(_) => {
                 opened.direct_io = true;

@@ -113,6 +113,31 @@ fn steps_mirror_the_records_and_hide_harness_temps() {
 }
 
 #[test]
+fn a_small_watched_record_is_cached_across_opens_and_a_large_one_passed_through() {
+    let (t, _f, tree) = setup(Flavour::Litany);
+    let rel = format!("steps/{A}/001/request.json");
+    let open = |tree: &Tree| {
+        let (node, attr) = resolve(tree, &rel).unwrap();
+        tree.open(&node, &attr.identity, OpenMode::Read).unwrap()
+    };
+    // Unwatched: nothing may stay cached, so the kernel reads the disk itself.
+    let o = open(&tree);
+    assert!(o.passthrough && !o.keep_cache, "{o:?}");
+    let tree = tree.watching();
+    names(&tree, &format!("steps/{A}/001"));
+    let o = open(&tree);
+    assert!(!o.passthrough && o.keep_cache && !o.direct_io, "{o:?}");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(t.path().join("ws").join(&rel))
+        .unwrap()
+        .set_len(PASSTHROUGH_BYTES)
+        .unwrap();
+    let o = open(&tree);
+    assert!(o.passthrough && o.keep_cache, "{o:?}");
+}
+
+#[test]
 fn inbox_shows_only_pending_deposits() {
     let (_t, f, tree) = setup(Flavour::Litany);
     assert_eq!(names(&tree, "inbox"), [A]);
