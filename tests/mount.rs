@@ -434,6 +434,67 @@ fn tail_follows_a_growing_record() {
     assert_eq!(got, ["{\"line\":0}", "{\"line\":1}", "{\"line\":2}"]);
 }
 
+/// A record is read through the daemon and the page cache while small and passed through
+/// once large; an open that comes while another is held takes the held one's way,
+/// whatever the size is now (the kernel fails an open of the other way with `EIO`).
+#[test]
+fn a_record_held_open_across_the_passthrough_size_opens_again_and_reads_whole() {
+    use std::io::Read;
+    let w = workspace(Flavour::Litany);
+    let m = Mounted::new(w.f.root());
+    let rel = format!("steps/{A}/001/response.json");
+    let backing = w.f.step_dir(A, 1).join("response.json");
+    let big = litanyfs::tree::PASSTHROUGH_BYTES as usize;
+    let read_all = |want: &[u8]| {
+        let through = m.path(&rel);
+        // The size the mount reports follows the backing file's by its invalidation.
+        assert!(
+            eventually(LIVE, || std::fs::metadata(&through)
+                .is_ok_and(|md| md.len() == want.len() as u64)),
+            "size never reached {}",
+            want.len()
+        );
+        let mut got = Vec::new();
+        let read = std::fs::File::open(&through).and_then(|mut f| f.read_to_end(&mut got));
+        assert!(read.is_ok(), "{rel}: {read:?}");
+        assert!(
+            got == want,
+            "{rel}: {} bytes read, {} wanted",
+            got.len(),
+            want.len()
+        );
+    };
+    // Small while held, then grown past the size.
+    let held = std::fs::File::open(m.path(&rel)).unwrap();
+    let mut content = std::fs::read(&backing).unwrap();
+    let line = format!("{{\"pad\":\"{}\"}}\n", "p".repeat(1000));
+    let mut h = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&backing)
+        .unwrap();
+    while content.len() < big + 4096 {
+        h.write_all(line.as_bytes()).unwrap();
+        content.extend_from_slice(line.as_bytes());
+    }
+    drop(h);
+    read_all(&content);
+    let mut got = Vec::new();
+    (&held).read_to_end(&mut got).unwrap();
+    assert!(got == content, "the held open read {} bytes", got.len());
+    drop(held);
+    // Large while held, then cut below it.
+    let held = std::fs::File::open(m.path(&rel)).unwrap();
+    let small = content[..100].to_vec();
+    std::fs::write(&backing, &small).unwrap();
+    read_all(&small);
+    let mut got = Vec::new();
+    (&held).read_to_end(&mut got).unwrap();
+    assert_eq!(got, small, "the held open");
+    drop(held);
+    // Nothing held: each open takes the way its size says, and reads what is there.
+    read_all(&small);
+}
+
 #[test]
 fn inode_numbers_are_stable_and_names_reused_get_new_ones() {
     let w = workspace(Flavour::Litany);

@@ -33,7 +33,7 @@ use crate::tree::{
     Tree, TreeError,
 };
 use crate::watch::Change;
-use handles::{Handle, Handles};
+use handles::{Handle, Handles, Io};
 use inodes::InodeTable;
 
 /// How long the invalidation thread rests after applying a batch of changes.
@@ -195,13 +195,10 @@ impl State {
         &self,
         ino: INodeNo,
         content: Content,
-        passthrough: Option<Arc<fuser::BackingId>>,
+        io: Option<Io>,
     ) -> Result<u64, TreeError> {
         self.handles
-            .insert(Handle {
-                content,
-                _passthrough: passthrough,
-            })
+            .insert(Handle { content, _io: io })
             .ok_or_else(|| TreeError::new(self.path(ino), ErrorKind::TooManyOpen))
     }
 
@@ -845,20 +842,28 @@ impl State {
     /// when the tree allows it and the kernel offers it.
     fn reply_opened(&self, ino: INodeNo, opened: Opened, reply: ReplyOpen) {
         let flags = open_flags(&opened);
-        let mut backing_id = None;
-        if opened.passthrough
-            && self.passthrough.load(Ordering::Relaxed)
-            && let Content::File(f) = &opened.content
-        {
-            match self.handles.backing_id(ino.0, || reply.open_backing(f)) {
-                Ok(id) => backing_id = Some(id),
-                Err(e) => log::warn!(
-                    "{}: passthrough refused ({e}); serving reads",
-                    self.path(ino)
-                ),
+        let io = match &opened.content {
+            Content::File(f) => {
+                let wanted = opened.passthrough && self.passthrough.load(Ordering::Relaxed);
+                Some(self.handles.io(ino.0, wanted, || {
+                    reply
+                        .open_backing(f)
+                        .map_err(|e| {
+                            log::warn!(
+                                "{}: passthrough refused ({e}); serving reads",
+                                self.path(ino)
+                            )
+                        })
+                        .ok()
+                }))
             }
-        }
-        match self.open_handle(ino, opened.content, backing_id.clone()) {
+            _ => None,
+        };
+        let backing_id = match &io {
+            Some(Io::Passthrough(id)) => Some(id.clone()),
+            _ => None,
+        };
+        match self.open_handle(ino, opened.content, io) {
             Ok(fh) => match backing_id {
                 // The kernel reads the backing file itself: its pages are the file's.
                 Some(id) => reply.opened_passthrough(
