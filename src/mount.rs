@@ -84,7 +84,8 @@ pub struct MountOptions {
     /// Deposit without waking the agent; `litany scan` launches the pending drivers later.
     #[arg(long)]
     pub no_wake: bool,
-    /// Refuse deposits too: every change answers `EROFS`.
+    /// Refuse deposits too: the kernel mounts it read-only (`ro` in /proc/mounts), and
+    /// every change answers `EROFS`.
     #[arg(long, alias = "ro")]
     pub read_only: bool,
     /// The bound of the cache of parsed tool captures, in bytes.
@@ -702,6 +703,12 @@ fn serve(
         config
             .mount_options
             .push(MountOption::CUSTOM(format!("subtype={SUBTYPE}")));
+    }
+    // Read-only to the kernel too: it refuses every change itself, and it keeps a
+    // file's attributes after a read (on a writable mount a read drops the atime, and
+    // the next `stat` of a file costs a round trip).
+    if opts.read_only {
+        config.mount_options.push(MountOption::RO);
     }
     if opts.allow_other {
         config.acl = SessionACL::All;

@@ -448,6 +448,20 @@ fn read_only_mounts_refuse_deposits() {
     let m = mount(&w, &["--read-only"]);
     let e = std::fs::write(m.path(&format!("inbox/{A}/note")), b"x").unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    // The kernel knows it is read-only: findmnt and /proc/mounts say `ro`.
+    let mnt = m.mnt.display().to_string();
+    let line = std::fs::read_to_string("/proc/mounts").unwrap();
+    let opts = line
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f.len() > 3 && f[1] == mnt)
+        .map(|f| f[3].to_string());
+    assert!(
+        opts.as_deref()
+            .is_some_and(|o| o.split(',').any(|x| x == "ro")),
+        "{mnt}: {opts:?}"
+    );
+    assert!(deposits(&w.f.inbox(A)).is_empty());
     let _: PathBuf = m.path("x");
 }
 

@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Re-reads side by side: `grep -r` three times over every record of a 200 x 40 workspace.
+
+    python3 scripts/grep-ab.py BIN[+FLAG...] BIN[+FLAG...] ...   (ROUNDS=5 by default)
+
+Each argument is a litanyfs binary, with mount flags after `+` (for example
+`target/release/litanyfs+--read-only`). Each round mounts each in turn, walks the tree
+once (so entries are cached), greps three times through the mount and once natively, and
+unmounts. The first grep reads through the daemon, the next ones may be served from the
+page cache. The workspace is made once under /tmp/litanyfs-grep-ab and kept.
+"""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402
+
+WS = Path("/tmp/litanyfs-grep-ab/ws")
+MNT = Path("/tmp/litanyfs-grep-ab/mnt")
+
+
+def grep(root):
+    t = time.perf_counter()
+    subprocess.run(["grep", "-r", "-c", "no such text", str(root)], capture_output=True)
+    return time.perf_counter() - t
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    if not WS.exists():
+        bench.make_workspace(WS, 200, 40)
+    MNT.mkdir(parents=True, exist_ok=True)
+    for r in range(int(os.environ.get("ROUNDS", "5"))):
+        for spec in sys.argv[1:]:
+            binary, *flags = spec.split("+")
+            subprocess.run([binary, "mount", str(WS), str(MNT), *flags], check=True, capture_output=True)
+            try:
+                bench.walk(MNT / "steps")
+                g = [grep(MNT / "steps") for _ in range(3)]
+                n = grep(WS / "steps")
+            finally:
+                subprocess.run([binary, "unmount", str(MNT)], check=False)
+                time.sleep(0.5)
+            print(f"round {r} {spec}: grep {' '.join(f'{x:.2f}' for x in g)} s, native {n:.2f} s (third / native {g[2] / n:.1f}x)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
