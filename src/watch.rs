@@ -14,6 +14,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
@@ -76,7 +77,13 @@ pub struct Watcher {
     repo: PathBuf,
     wds: Mutex<FastMap<i32, Watched>>,
     backing: Mutex<FastMap<Arc<Path>, i32>>,
+    /// Whether the watch limit has been reported: it is said once, not once per directory
+    /// past it (a workspace over the limit has tens of thousands of them).
+    limit_told: AtomicBool,
 }
+
+/// Where the kernel keeps the per-user bound on inotify watches (one per watched directory).
+pub const WATCH_LIMIT_SYSCTL: &str = "/proc/sys/fs/inotify/max_user_watches";
 
 impl Watcher {
     pub fn new(repo_dir: &Path) -> io::Result<Self> {
@@ -85,6 +92,7 @@ impl Watcher {
             repo: repo_dir.to_path_buf(),
             wds: Mutex::new(FastMap::default()),
             backing: Mutex::new(FastMap::default()),
+            limit_told: AtomicBool::new(false),
         };
         w.watch_refs();
         Ok(w)
@@ -142,6 +150,23 @@ impl Watcher {
                 self.wds.lock().insert(wd, Watched::Backing(rel.clone()));
                 self.backing.lock().insert(rel, wd);
                 true
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                if !self.limit_told.swap(true, Ordering::Relaxed) {
+                    let limit = std::fs::read_to_string(WATCH_LIMIT_SYSCTL).unwrap_or_default();
+                    log::warn!(
+                        "{}: cannot watch: the inotify watch limit ({}={}) is reached; this \
+                         and every directory past it are re-read at short intervals (slower \
+                         walks) until it is raised, e.g. `sysctl fs.inotify.max_user_watches=\
+                         1048576`; further directories past it are logged at debug level",
+                        rel.display(),
+                        WATCH_LIMIT_SYSCTL,
+                        limit.trim()
+                    );
+                } else {
+                    log::debug!("{}: cannot watch: the watch limit", rel.display());
+                }
+                false
             }
             Err(e) => {
                 log::warn!(
