@@ -13,7 +13,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -337,11 +336,10 @@ def bench_walk(tmp):
     gnat = statistics.median(grep(native) for _ in range(3))
     # The first grep reads every record through the daemon; the next ones may find the
     # pages still in the kernel's cache (nothing changed in between).
-    gfirst = grep(mnt / "steps")
-    gmnt = statistics.median(grep(mnt / "steps") for _ in range(2))
+    gfirst, gmnt, gthird = (grep(mnt / "steps") for _ in range(3))
     nfiles = sum(len(files) for _, _, files in os.walk(native))
     row(f"grep -r over every record ({nfiles} files), entries cached, first read, s", round(gfirst, 3), round(gnat, 3), round(gfirst / gnat, 1), None, " s", "an open, a read and a release per file")
-    row("grep -r again, nothing changed (median of 2), s", round(gmnt, 3), round(gnat, 3), round(gmnt / gnat, 1), lambda r: r <= 1.5, " s", "an open and a release per file; a record under 1 MiB is read from the page cache")
+    row("grep -r again, nothing changed, s", round(gmnt, 3), round(gnat, 3), round(gmnt / gnat, 1), lambda r: r <= 1.5, " s", f"a third: {round(gthird, 3)} s ({round(gthird / gnat, 1)}x); an open and a release per file, and after the first a getattr (the kernel drops the atime after a read); a record under 1 MiB is read from the page cache")
     row("warm walk, s", round(warm, 3), round(nat, 3), round(warm / nat, 2), lambda r: r <= 1.2, " s")
     WALK64.update(warm=warm / nat, grep=gfirst / gnat)
     rss = peak_rss_mib(pid) if pid else None
@@ -381,6 +379,41 @@ def bench_scale(tmp):
     nat = statistics.median([t1, t2])
     shown = count + derived_names(native)
     mnt = tmp / "scale-mnt"
+    # One inotify watch per directory: past the kernel's per-user limit (192,530 on a
+    # 24 GiB machine here, fewer than these 244,000 directories) the rest are re-read at
+    # short intervals and the warm walk is no longer warm (7.5x native here, not 1.7x).
+    # The daemon says so in its log; the bench raises the limit for this section.
+    dirs = sum(1 for _ in os.walk(ws))
+    limit_was = read_watch_limit()
+    if limit_was is not None and limit_was < 2 * dirs:
+        set_watch_limit(2 * dirs)
+    try:
+        scale_mounted(tmp, ws, mnt, native, nat, shown, agents, limit_was, dirs)
+    finally:
+        if limit_was is not None and limit_was < 2 * dirs:
+            set_watch_limit(limit_was)
+        shutil.rmtree(ws, ignore_errors=True)
+
+
+WATCH_LIMIT = Path("/proc/sys/fs/inotify/max_user_watches")
+
+
+def read_watch_limit():
+    try:
+        return int(WATCH_LIMIT.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def set_watch_limit(n):
+    try:
+        WATCH_LIMIT.write_text(str(n))
+    except OSError as e:
+        print(f"  (cannot set {WATCH_LIMIT}: {e})", flush=True)
+
+
+def scale_mounted(tmp, ws, mnt, native, nat, shown, agents, limit_was, dirs):
+    """The scale section's figures, with the watch limit set."""
     mount(ws, mnt)
     cold, n = timed(walk, mnt / "steps")
     assert n == shown, (n, shown)
@@ -407,9 +440,8 @@ def bench_scale(tmp):
     row(f"scale: listing every inbox ({agents}), s", round(imnt, 3), round(inat, 3), round(imnt / inat, 1), None, " s", "what a status view reads")
     pid = daemon_pid(mnt)
     rss = peak_rss_mib(pid) if pid else None
-    row("scale: daemon peak RSS", rss, 150, None if rss is None else round(rss / 150, 2), lambda r: r is not None and r <= 1.0, " MiB")
+    row("scale: daemon peak RSS", rss, 150, None if rss is None else round(rss / 150, 2), lambda r: r is not None and r <= 1.0, " MiB", f"{dirs} directories watched (inotify limit {read_watch_limit()}, {limit_was} before the section)")
     unmount(mnt)
-    shutil.rmtree(ws, ignore_errors=True)
 
 
 def bench_refs(tmp):
