@@ -195,7 +195,7 @@ impl State {
         &self,
         ino: INodeNo,
         content: Content,
-        io: Option<Io>,
+        io: Option<Arc<Io>>,
     ) -> Result<u64, TreeError> {
         self.handles
             .insert(Handle { content, _io: io })
@@ -859,17 +859,13 @@ impl State {
             }
             _ => None,
         };
-        let backing_id = match &io {
-            Some(Io::Passthrough(id)) => Some(id.clone()),
-            _ => None,
-        };
-        match self.open_handle(ino, opened.content, io) {
-            Ok(fh) => match backing_id {
+        match self.open_handle(ino, opened.content, io.clone()) {
+            Ok(fh) => match io.as_deref().and_then(Io::backing_id) {
                 // The kernel reads the backing file itself: its pages are the file's.
                 Some(id) => reply.opened_passthrough(
                     FileHandle(fh),
                     flags - FopenFlags::FOPEN_KEEP_CACHE,
-                    &id,
+                    id,
                 ),
                 None => reply.opened(FileHandle(fh), flags),
             },
