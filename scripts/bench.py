@@ -214,6 +214,13 @@ def walk(root):
     return n
 
 
+def grep(root):
+    """Seconds a `grep -r` that matches nothing takes to read every file under root."""
+    t = time.perf_counter()
+    subprocess.run(["grep", "-r", "-c", "no such text", str(root)], capture_output=True)
+    return time.perf_counter() - t
+
+
 def timed(f, *a):
     t = time.perf_counter()
     r = f(*a)
@@ -329,10 +336,6 @@ def bench_walk(tmp):
         row("wakeup round trip between two processes on different CPUs / on one CPU (pipe ping-pong), us", round(cross * 1e6, 1), round(same * 1e6, 1), round(cross / same, 1), None, " us", "what a FUSE round trip costs when the server thread and the caller sit on different CPUs")
     row("cold walk: litanyfs / FUSE floor", round(cold / floor, 2), 1, round(cold / floor, 2), None, "x", "litanyfs's own share of the cold walk")
     WALK64.update(cold=cold / nat, warm=None, entries=shown)
-    def grep(root):
-        t = time.perf_counter()
-        subprocess.run(["grep", "-r", "-c", "no such text", str(root)], capture_output=True)
-        return time.perf_counter() - t
     gnat = statistics.median(grep(native) for _ in range(3))
     # The first grep reads every record through the daemon; the next ones may find the
     # pages still in the kernel's cache (nothing changed in between).
@@ -385,12 +388,13 @@ def bench_scale(tmp):
     # The daemon says so in its log; the bench raises the limit for this section.
     dirs = sum(1 for _ in os.walk(ws))
     limit_was = read_watch_limit()
-    if limit_was is not None and limit_was < 2 * dirs:
+    raise_limit = limit_was is not None and limit_was < 2 * dirs
+    if raise_limit:
         set_watch_limit(2 * dirs)
     try:
         scale_mounted(tmp, ws, mnt, native, nat, shown, agents, limit_was, dirs)
     finally:
-        if limit_was is not None and limit_was < 2 * dirs:
+        if raise_limit:
             set_watch_limit(limit_was)
         shutil.rmtree(ws, ignore_errors=True)
 
@@ -425,10 +429,6 @@ def scale_mounted(tmp, ws, mnt, native, nat, shown, agents, limit_was, dirs):
     ref = lambda k: "" if not WALK64.get(k) else f"; at 64k: {round(WALK64[k], 2)}x"
     row(f"scale: cold walk of {shown} entries, s", round(cold, 2), round(nat, 2), round(cold / nat, 2), None, " s", f"FUSE floor {round(floor, 2)} s ({round(floor / nat, 2)}x){ref('cold')}")
     row("scale: warm walk, s", round(warm, 2), round(nat, 2), round(warm / nat, 2), None, " s", ref("warm").lstrip("; "))
-    def grep(root):
-        t = time.perf_counter()
-        subprocess.run(["grep", "-r", "-c", "no such text", str(root)], capture_output=True)
-        return time.perf_counter() - t
     gnat, gmnt = grep(native), grep(mnt / "steps")
     row("scale: grep -r over every record, entries cached, first read, s", round(gmnt, 2), round(gnat, 2), round(gmnt / gnat, 1), None, " s", ref("grep").lstrip("; "))
     def inboxes(root):

@@ -23,12 +23,6 @@ WS = Path("/tmp/litanyfs-grep-ab/ws")
 MNT = Path("/tmp/litanyfs-grep-ab/mnt")
 
 
-def grep(root):
-    t = time.perf_counter()
-    subprocess.run(["grep", "-r", "-c", "no such text", str(root)], capture_output=True)
-    return time.perf_counter() - t
-
-
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -41,8 +35,8 @@ def main():
             subprocess.run([binary, "mount", str(WS), str(MNT), *flags], check=True, capture_output=True)
             try:
                 bench.walk(MNT / "steps")
-                g = [grep(MNT / "steps") for _ in range(3)]
-                n = grep(WS / "steps")
+                g = [bench.grep(MNT / "steps") for _ in range(3)]
+                n = bench.grep(WS / "steps")
             finally:
                 subprocess.run([binary, "unmount", str(MNT)], check=False)
                 time.sleep(0.5)
