@@ -295,6 +295,9 @@ pub struct Scanner {
     settled: FastMap<String, (Vec<StatKey>, bool, Arc<Step>)>,
     /// Scans since the last one that read every latest step afresh.
     since_full: u32,
+    /// Whether a step, tool or title was remembered since the caches were last pruned
+    /// ([`Scanner::prune`]): with that and the refs unchanged, none can hold a stale entry.
+    grown: bool,
     /// The refs as last read, and when.
     last_refs: Option<(std::time::Instant, Arc<crate::workspace::refs::Snapshot>)>,
     /// Whether steps and tools read are remembered (not for a one-pass reader, such as
@@ -325,6 +328,7 @@ impl Scanner {
             blobs: FastMap::default(),
             settled: FastMap::default(),
             since_full: 0,
+            grown: false,
             last_refs: None,
             caching: true,
         })
@@ -373,11 +377,11 @@ impl Scanner {
                 };
             }
         };
-        if !self
+        let refs_changed = !self
             .last_refs
             .as_ref()
-            .is_some_and(|(_, last)| Arc::ptr_eq(last, &snap))
-        {
+            .is_some_and(|(_, last)| Arc::ptr_eq(last, &snap));
+        if refs_changed {
             self.last_refs = Some((std::time::Instant::now(), snap.clone()));
         }
         let names: FastMap<&str, &str> = snap
@@ -398,15 +402,11 @@ impl Scanner {
                     .insert((kind.clone(), id.clone()), Mark { oid: *oid, value });
             }
         }
-        let live: BTreeSet<&String> = snap.agents.keys().collect();
         self.since_full += 1;
         if self.since_full >= FULL_SCAN_EVERY {
             self.since_full = 0;
             self.settled.clear();
         }
-        self.settled.retain(|id, _| live.contains(id));
-        self.steps.retain(|id, _| live.contains(id));
-        self.inboxes.retain(|id, _| live.contains(id));
         // One listing of `steps/` and one of `inbox/` stat every agent's directories.
         let tops = [STEPS_DIR, INBOX_DIR].map(|top| -> FastMap<OsString, Stat> {
             self.backing
@@ -422,27 +422,43 @@ impl Scanner {
             let agent = self.agent(id, *tip, names.get(id.as_str()).copied(), &locks, stats);
             model.agents.insert(id.clone(), agent);
         }
-        let keep: BTreeSet<PathBuf> = model
-            .agents
-            .iter()
-            .flat_map(|(id, a)| {
-                a.latest
-                    .iter()
-                    .map(move |s| Path::new(STEPS_DIR).join(id).join(&s.dir))
-            })
-            .collect();
-        self.step_cache.retain(|p, _| keep.contains(p));
-        self.tool_cache.retain(|p, _| {
-            p.parent()
-                .and_then(Path::parent)
-                .is_some_and(|s| keep.contains(s))
-        });
-        self.titles
-            .retain(|oid, _| snap.agents.values().any(|t| t == oid));
+        if refs_changed || self.grown {
+            self.prune(&snap, &model);
+        }
         if self.blobs.len() > 4096 {
             self.blobs.clear();
         }
         model
+    }
+
+    /// Forgets what no agent of `snap` and no latest step of `model` needs. An idle look
+    /// skips this (see `grown`): at 2,000 agents it was a fifth of the look's cost.
+    fn prune(&mut self, snap: &crate::workspace::refs::Snapshot, model: &Model) {
+        self.grown = false;
+        let live = |id: &String| snap.agents.contains_key(id);
+        self.settled.retain(|id, _| live(id));
+        self.steps.retain(|id, _| live(id));
+        self.inboxes.retain(|id, _| live(id));
+        // A cached step is `steps/<id>/<dir>`; a cached tool is `<step>/tools/<tool>`.
+        let latest = |step: &Path| -> bool {
+            let mut parts = step
+                .strip_prefix(STEPS_DIR)
+                .into_iter()
+                .flat_map(Path::iter);
+            let (Some(id), Some(dir), None) = (parts.next(), parts.next(), parts.next()) else {
+                return false;
+            };
+            id.to_str()
+                .and_then(|id| model.agents.get(id))
+                .and_then(|a| a.latest.as_ref())
+                .is_some_and(|s| std::ffi::OsStr::new(&s.dir) == dir)
+        };
+        self.step_cache.retain(|p, _| latest(p));
+        self.tool_cache
+            .retain(|p, _| p.parent().and_then(Path::parent).is_some_and(latest));
+        let tips: std::collections::HashSet<Oid, foldhash::fast::RandomState> =
+            snap.agents.values().copied().collect();
+        self.titles.retain(|oid, _| tips.contains(oid));
     }
 
     fn agent(
@@ -521,6 +537,7 @@ impl Scanner {
             _ => None,
         };
         self.titles.insert(tip, t.clone());
+        self.grown = true;
         t
     }
 
@@ -696,7 +713,7 @@ impl Scanner {
             odd_tools,
         };
         if self.caching {
-            self.step_cache.insert(rel, (keys, step.clone()));
+            self.grown |= self.step_cache.insert(rel, (keys, step.clone())).is_none();
         }
         step
     }
@@ -723,8 +740,10 @@ impl Scanner {
             output,
         };
         if self.caching {
-            self.tool_cache
-                .insert(rel.to_path_buf(), (keys, tool.clone()));
+            self.grown |= self
+                .tool_cache
+                .insert(rel.to_path_buf(), (keys, tool.clone()))
+                .is_none();
         }
         tool
     }
@@ -995,6 +1014,43 @@ mod tests {
         // A second scan of nothing changed agrees.
         let again = s.scan();
         assert_eq!(again.agents, m.agents);
+    }
+
+    #[test]
+    fn the_caches_keep_only_the_latest_steps_of_living_agents() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent("r1", None, &[]).unwrap();
+        f.agent("r2", None, &[]).unwrap();
+        let tool = Fixture::tool_output("a", "", 0);
+        for id in ["r1", "r2"] {
+            f.step(id, 1, &[("tools/t/output.json", &tool)]).unwrap();
+        }
+        let mut s = Scanner::new(f.root()).unwrap();
+        s.scan();
+        assert_eq!((s.step_cache.len(), s.tool_cache.len()), (2, 2));
+        // Idle looks prune nothing and keep everything.
+        s.scan();
+        assert!(!s.grown);
+        assert_eq!((s.step_cache.len(), s.tool_cache.len()), (2, 2));
+        // A new step replaces its agent's old one in both caches...
+        f.step("r1", 2, &[("tools/u/output.json", &tool)]).unwrap();
+        s.scan();
+        let rel = |id, n| {
+            f.step_dir(id, n)
+                .strip_prefix(f.root())
+                .unwrap()
+                .to_path_buf()
+        };
+        let mut cached: Vec<&PathBuf> = s.step_cache.keys().collect();
+        cached.sort();
+        assert_eq!(cached, [&rel("r1", 2), &rel("r2", 1)]);
+        assert_eq!(s.tool_cache.len(), 2);
+        // ...and a deleted agent leaves them.
+        f.delete_agent("r2").unwrap();
+        s.scan();
+        assert_eq!((s.step_cache.len(), s.tool_cache.len()), (1, 1));
+        assert!(s.titles.len() <= 1);
     }
 
     #[test]
