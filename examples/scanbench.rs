@@ -24,14 +24,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         model = next;
         took.push(t.elapsed());
     }
+    let total: Duration = took.iter().sum();
     took.sort();
     let at = |q: usize| took.get(q * took.len() / 100).copied().unwrap_or_default();
     println!(
-        "{} agents: first scan {first:?}; {looks} looks: median {:?}, p10 {:?}, p90 {:?}; {events} events",
+        "{} agents: first scan {first:?}; {looks} looks: {total:?} in all, median {:?}, p10 {:?}, p90 {:?}, max {:?}; {events} events",
         model.agents.len(),
         at(50),
         at(10),
-        at(90)
+        at(90),
+        took.last().copied().unwrap_or_default()
     );
     Ok(())
 }
