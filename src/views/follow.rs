@@ -37,15 +37,20 @@ pub fn diff(
             out.push(Event::agent_created(at, id, parent_of(id)));
         }
     }
-    for ((kind, id), m) in &new.marks {
-        if old.marks.get(&(kind.clone(), id.clone())) != Some(m) {
-            out.push(Event::mark_set(at, id, kind, m.value.as_deref()));
+    // Both are sorted by (kind, id): one pass over each, with no key copied.
+    let mut before = old.marks.iter().peekable();
+    let mut cleared = Vec::new();
+    for (key, m) in &new.marks {
+        while let Some((gone, _)) = before.next_if(|(k, _)| *k < key) {
+            cleared.push(gone);
+        }
+        if before.next_if(|(k, _)| *k == key).map(|(_, was)| was) != Some(m) {
+            out.push(Event::mark_set(at, &key.1, &key.0, m.value.as_deref()));
         }
     }
-    for (kind, id) in old.marks.keys() {
-        if !new.marks.contains_key(&(kind.clone(), id.clone())) {
-            out.push(Event::mark_cleared(at, id, kind));
-        }
+    cleared.extend(before.map(|(k, _)| k));
+    for (kind, id) in cleared {
+        out.push(Event::mark_cleared(at, id, kind));
     }
     for (id, a) in &new.agents {
         let before = old.agents.get(id);
@@ -455,6 +460,59 @@ mod tests {
         let e5 = diff(&m4, &m5, &mut s, &mut never);
         assert_eq!(e5.len(), 1);
         assert_eq!(e5[0].kind, Kind::AgentDeleted);
+    }
+
+    #[test]
+    fn marks_set_changed_and_cleared_in_one_look() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        let mut scanner = Scanner::new(f.root()).unwrap();
+        let marks = |list: &[(&str, &str, u8)]| -> Model {
+            let marks = list
+                .iter()
+                .map(|(kind, id, v)| {
+                    let mark = crate::views::model::Mark {
+                        oid: git2::Oid::from_bytes(&[*v; 20]).unwrap(),
+                        value: Some(v.to_string()),
+                    };
+                    ((kind.to_string(), id.to_string()), mark)
+                })
+                .collect();
+            Model {
+                marks,
+                ..Model::default()
+            }
+        };
+        let old = marks(&[
+            ("held", "a", 1),
+            ("held", "c", 1),
+            ("notify", "b", 1),
+            ("w", "z", 1),
+        ]);
+        let new = marks(&[
+            ("held", "b", 1),
+            ("held", "c", 2),
+            ("notify", "b", 1),
+            ("r", "a", 1),
+        ]);
+        let events = diff(&old, &new, &mut scanner, &mut |_, _, _| false);
+        let seen: Vec<(&str, String, String)> = events
+            .iter()
+            .map(|e| {
+                let mark = e.field("mark").and_then(|m| m.as_str()).unwrap_or_default();
+                (e.kind.as_str(), mark.to_string(), e.agent.clone())
+            })
+            .collect();
+        let want = [
+            ("mark-set", "held", "b"),
+            ("mark-set", "held", "c"),
+            ("mark-set", "r", "a"),
+            ("mark-cleared", "held", "a"),
+            ("mark-cleared", "w", "z"),
+        ]
+        .map(|(k, m, a)| (k, m.to_string(), a.to_string()));
+        assert_eq!(seen, want);
+        assert!(diff(&new, &new, &mut scanner, &mut |_, _, _| false).is_empty());
     }
 
     #[test]
