@@ -22,7 +22,7 @@
 //! | `litanyfs-guard` | [`deposit::guard`] | inotify on inboxes it published into; a kick per publish; a 500 ms tick | re-depositing a message a `litany message` replaced |
 //! | `litanyfs-spares` | [`deposit::spare`] | a spare unnamed file taken | creating an `O_TMPFILE` in `inbox/` |
 //! | `litanyfs-wake` | [`deposit::wake`] | a deposit that asks for a wake | reading `/proc/locks`, spawning `litany advance` |
-//! | `litanyfs-events` | [`views`] | a poke from `invalidate` after each batch of changes; a 250 ms tick | listing steps and inboxes, reading `/proc/locks` and the refs, appending to the events log |
+//! | `litanyfs-events` | [`views`] | a poke from `invalidate` after each batch of changes; a tick of 250 ms, 750 ms once idle ([`views::idle_wait`]) | listing steps and inboxes, reading `/proc/locks` and the refs, appending to the events log |
 //! | `litanyfs-history` | [`views`] | started once by `litanyfs-events` (at nice 19), then exits | reading the records and walking the branches |
 //! | `litanyfs-reap` | [`deposit::wake`] | a launched driver exiting (one per launch) | `waitpid` of that driver |
 //! | `litanyfs-render` | [`records`] (scoped, inside a request thread's render of a long `response.json`) | started per part, exits before the request replies | reading that part of the `response.json` |
@@ -52,3 +52,6 @@ pub mod workspace;
 /// seeded per map, so names chosen by whoever writes the workspace cannot be made to
 /// collide in advance.
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// The set of the same hash (see [`FastMap`]).
+pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;

@@ -258,7 +258,7 @@ pub struct Tree {
     /// The threads inside a close of a draft now (a thread is in one system call at a
     /// time): a holder that is closing may be an exec closing what it inherited (see
     /// `inbox.rs`).
-    closing: Mutex<std::collections::HashSet<u32, foldhash::fast::RandomState>>,
+    closing: Mutex<crate::FastSet<u32>>,
 }
 
 /// A `close(2)` of a draft, as FUSE reports it: the closing thread and the draft's inode

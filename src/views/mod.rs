@@ -397,18 +397,18 @@ impl Views {
                 self.look(&mut scanner, &model)
             }));
             rest = look_rest(started.elapsed());
-            let found = looked.as_ref().map_or(0, |(_, found)| *found);
+            let (next, found) = match looked {
+                Ok(looked) => looked,
+                Err(_) => {
+                    ::log::error!("events: a rescan panicked; the changes it saw are not shown");
+                    (scanner.scan(), 0)
+                }
+            };
+            model = next;
             quiet = if poked || found > 0 {
                 0
             } else {
                 quiet.saturating_add(1)
-            };
-            model = match looked {
-                Ok((next, _)) => next,
-                Err(_) => {
-                    ::log::error!("events: a rescan panicked; the changes it saw are not shown");
-                    scanner.scan()
-                }
             };
         }
     }

@@ -456,8 +456,7 @@ impl Scanner {
         self.step_cache.retain(|p, _| latest(p));
         self.tool_cache
             .retain(|p, _| p.parent().and_then(Path::parent).is_some_and(latest));
-        let tips: std::collections::HashSet<Oid, foldhash::fast::RandomState> =
-            snap.agents.values().copied().collect();
+        let tips: crate::FastSet<Oid> = snap.agents.values().copied().collect();
         self.titles.retain(|oid, _| tips.contains(oid));
     }
 
