@@ -287,9 +287,38 @@ fn auto_unmount_clears_the_mount_when_the_daemon_dies() {
     let pid = m.daemon_pid().unwrap();
     // SAFETY: the daemon this test started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
+    let cleared = eventually(Duration::from_secs(5), || !is_mounted(&m.mnt));
+    // On failure, say whether the daemon is still dying and what fusermount3 is doing.
+    let state = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("State:"))
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| "gone".into())
+    };
+    let helpers: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                c.starts_with(b"fusermount3") || c.windows(12).any(|w| w == b"/fusermount3")
+            })
+        })
+        .map(|e| {
+            format!(
+                "{} {}",
+                e.file_name().to_string_lossy(),
+                state(&e.file_name().to_string_lossy())
+            )
+        })
+        .collect();
     assert!(
-        eventually(Duration::from_secs(5), || !is_mounted(&m.mnt)),
-        "still mounted after SIGKILL with --auto-unmount"
+        cleared,
+        "still mounted after SIGKILL with --auto-unmount: daemon {pid} {}; fusermount3 {helpers:?}",
+        state(&pid.to_string())
     );
 }
 
