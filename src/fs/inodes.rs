@@ -10,8 +10,6 @@
 //! the kernel still references, plus listing-only entries (see
 //! [`InodeTable::peek_or_insert`]).
 
-use std::sync::Arc;
-
 use parking_lot::Mutex;
 
 use crate::FastMap;
@@ -22,27 +20,39 @@ pub const ROOT_INO: u64 = 1;
 /// Where numbers that are not backing inode numbers start: above any a file system gives.
 pub const ALLOCATED_BASE: u64 = 1 << 63;
 
-/// One number the kernel references. A derived number's identity is the number itself
-/// on the root device, so only the others' are kept (in `identities`): a slot is two
-/// words, and a large workspace's kernel holds hundreds of thousands.
+/// One number the kernel references. A slot is four words (five with its key), and a
+/// large workspace's kernel holds hundreds of thousands: the node is shared (a clone of it is a count),
+/// and no identity is kept that the number or the node already says.
 struct Slot {
-    /// Shared with `by_node`'s key, and handed out by [`InodeTable::get`] without a copy.
-    node: Arc<Node>,
+    /// Shared with `by_node`'s key, and handed out by [`InodeTable::get`].
+    node: Node,
     lookups: u64,
 }
 
 struct Inner {
-    /// The numbers of identities that have no number by construction (see
-    /// [`InodeTable::derived`]); a derived number is its own key in `slots`.
+    /// The numbers of the identities that are neither derived (see
+    /// [`InodeTable::derived`]) nor the node itself: drafts, and backing files on another
+    /// device. A derived number is its own key in `slots`; a virtual identity's number
+    /// is its node's, in `by_node`.
     allocated: FastMap<Identity, u64>,
-    /// The identity behind each allocated number (the reverse of `allocated`).
+    /// The identity behind each number in `allocated` (its reverse).
     identities: FastMap<u64, Identity>,
-    /// The latest number each node (path) with an allocated number resolved to, for
-    /// turning a change into the inode to invalidate. A derived number needs no entry: it
-    /// is the backing file's own, found by a `stat` ([`InodeTable::known`]).
-    by_node: FastMap<Arc<Node>, u64>,
+    /// The latest allocated number each node resolved to: a virtual identity's number,
+    /// and the way from a change to the inode to invalidate. A derived number needs no
+    /// entry: it is the backing file's own, found by a `stat` ([`InodeTable::known`]).
+    by_node: FastMap<Node, u64>,
     slots: FastMap<u64, Slot>,
     next: u64,
+}
+
+impl Inner {
+    /// The allocated number `identity` has, if any (derived numbers are not asked here).
+    fn allocated(&self, identity: &Identity) -> Option<u64> {
+        match identity {
+            Identity::Virtual(node) => self.by_node.get(node).copied(),
+            _ => self.allocated.get(identity).copied(),
+        }
+    }
 }
 
 pub struct InodeTable {
@@ -61,20 +71,18 @@ impl InodeTable {
     /// A table numbering backing files on `root_dev` by their own inode numbers.
     pub fn new(root_dev: Option<u64>) -> Self {
         let mut slots = FastMap::default();
-        let root = Identity::Virtual(Box::new(Node::Root));
-        let node = Arc::new(Node::Root);
         slots.insert(
             ROOT_INO,
             Slot {
-                node: node.clone(),
+                node: Node::Root,
                 lookups: 1,
             },
         );
         Self {
             inner: Mutex::new(Inner {
-                allocated: FastMap::from_iter([(root.clone(), ROOT_INO)]),
-                identities: FastMap::from_iter([(ROOT_INO, root)]),
-                by_node: FastMap::from_iter([(node, ROOT_INO)]),
+                allocated: FastMap::default(),
+                identities: FastMap::default(),
+                by_node: FastMap::from_iter([(Node::Root, ROOT_INO)]),
                 slots,
                 next: ALLOCATED_BASE,
             }),
@@ -109,24 +117,20 @@ impl InodeTable {
         let derived = self.derived(identity);
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
-        let known = match derived {
-            // A derived number's slot holds its identity: the same number on another
-            // device is not the same file (and is numbered from the allocated range).
-            Some(ino) => Some(ino),
-            None => inner.allocated.get(identity).copied(),
-        };
+        // A derived number's slot holds its identity: the same number on another device
+        // is not the same file (and is numbered from the allocated range).
+        let known = derived.or_else(|| inner.allocated(identity));
         if let Some(ino) = known
             && let Some(slot) = inner.slots.get_mut(&ino)
         {
             slot.lookups += count;
-            if *slot.node != *node {
-                let node = Arc::new(node.clone());
+            if slot.node != *node {
                 let old = std::mem::replace(&mut slot.node, node.clone());
                 if derived.is_none() {
                     if inner.by_node.get(&old) == Some(&ino) {
                         inner.by_node.remove(&old);
                     }
-                    inner.by_node.insert(node, ino);
+                    inner.by_node.insert(node.clone(), ino);
                 }
             }
             return ino;
@@ -136,19 +140,20 @@ impl InodeTable {
             None => {
                 let ino = inner.next;
                 inner.next += 1;
-                inner.allocated.insert(identity.clone(), ino);
-                inner.identities.insert(ino, identity.clone());
+                if !matches!(identity, Identity::Virtual(_)) {
+                    inner.allocated.insert(identity.clone(), ino);
+                    inner.identities.insert(ino, identity.clone());
+                }
                 ino
             }
         };
-        let node = Arc::new(node.clone());
         if derived.is_none() {
             inner.by_node.insert(node.clone(), ino);
         }
         inner.slots.insert(
             ino,
             Slot {
-                node,
+                node: node.clone(),
                 lookups: count,
             },
         );
@@ -156,11 +161,14 @@ impl InodeTable {
     }
 
     /// The node and identity behind `ino`, if the kernel still references it.
-    pub fn get(&self, ino: u64) -> Option<(Arc<Node>, Identity)> {
+    pub fn get(&self, ino: u64) -> Option<(Node, Identity)> {
         let inner = self.inner.lock();
         let slot = inner.slots.get(&ino)?;
         let identity = match inner.identities.get(&ino) {
             Some(identity) => identity.clone(),
+            None if ino >= ALLOCATED_BASE || ino == ROOT_INO => {
+                Identity::Virtual(slot.node.clone())
+            }
             None => Identity::Backing {
                 dev: self.root_dev?,
                 ino,
@@ -178,10 +186,9 @@ impl InodeTable {
     /// The number `identity` has, if the kernel references it now.
     pub fn known(&self, identity: &Identity) -> Option<u64> {
         let inner = self.inner.lock();
-        let ino = match self.derived(identity) {
-            Some(ino) => ino,
-            None => *inner.allocated.get(identity)?,
-        };
+        let ino = self
+            .derived(identity)
+            .or_else(|| inner.allocated(identity))?;
         inner.slots.contains_key(&ino).then_some(ino)
     }
 
@@ -191,8 +198,8 @@ impl InodeTable {
         inner
             .slots
             .iter()
-            .filter(|(_, s)| matches!(*s.node, Node::Backing(_)))
-            .map(|(ino, s)| (*ino, Node::clone(&s.node)))
+            .filter(|(_, s)| matches!(s.node, Node::Backing(_)))
+            .map(|(ino, s)| (*ino, s.node.clone()))
             .collect()
     }
 
@@ -213,8 +220,8 @@ impl InodeTable {
             if let Some(identity) = inner.identities.remove(&ino) {
                 inner.allocated.remove(&identity);
             }
-            if inner.by_node.get(&*slot.node) == Some(&ino) {
-                inner.by_node.remove(&*slot.node);
+            if inner.by_node.get(&slot.node) == Some(&ino) {
+                inner.by_node.remove(&slot.node);
             }
         }
     }
@@ -239,10 +246,7 @@ mod tests {
         // Same file, new name: the same number, resolved through the new name.
         let renamed = Node::backing("inbox/x/user-002.md");
         assert_eq!(t.lookup(&a, &renamed), first);
-        assert_eq!(
-            t.get(first).map(|g| Node::clone(&g.0)),
-            Some(renamed.clone())
-        );
+        assert_eq!(t.get(first).map(|g| g.0), Some(renamed.clone()));
         assert_eq!(t.ino_of(&renamed), Some(first));
         assert_eq!(t.ino_of(&name), Some(second));
     }
@@ -278,16 +282,64 @@ mod tests {
         );
         assert!(
             t.lookup(
-                &Identity::Virtual(Box::new(Node::git(GitNode::MarksRoot))),
+                &Identity::Virtual(Node::git(GitNode::MarksRoot)),
                 &Node::git(GitNode::MarksRoot)
             ) >= ALLOCATED_BASE
         );
     }
 
     #[test]
+    fn a_slot_is_four_words() {
+        assert_eq!(
+            std::mem::size_of::<Slot>(),
+            4 * std::mem::size_of::<usize>()
+        );
+    }
+
+    #[test]
+    fn a_virtual_identity_is_its_node_and_is_stored_once() {
+        let t = InodeTable::default();
+        let node = Node::git(GitNode::Name("Ada".into()));
+        let ino = t.lookup(&Identity::Virtual(node.clone()), &node);
+        assert!(ino >= ALLOCATED_BASE);
+        assert_eq!(t.known(&Identity::Virtual(node.clone())), Some(ino));
+        assert_eq!(
+            t.get(ino),
+            Some((node.clone(), Identity::Virtual(node.clone())))
+        );
+        assert_eq!(
+            t.get(ROOT_INO).map(|g| g.1),
+            Some(Identity::Virtual(Node::Root))
+        );
+        {
+            let inner = t.inner.lock();
+            assert!(inner.allocated.is_empty() && inner.identities.is_empty());
+        }
+        // A draft's identity is not its node: it is kept, and goes with its number.
+        let draft = Node::draft(crate::tree::DraftNode {
+            agent: "a".into(),
+            id: 3,
+            name: "m.md".into(),
+        });
+        let d = t.lookup(&Identity::Draft(3), &draft);
+        assert_eq!(t.get(d).map(|g| g.1), Some(Identity::Draft(3)));
+        t.forget(d, 1);
+        t.forget(ino, 1);
+        assert_eq!(t.known(&Identity::Virtual(node.clone())), None);
+        assert_eq!(t.known(&Identity::Draft(3)), None);
+        let inner = t.inner.lock();
+        assert!(inner.allocated.is_empty() && inner.identities.is_empty());
+        assert_eq!(
+            (inner.by_node.len(), inner.slots.len()),
+            (1, 1),
+            "the root alone"
+        );
+    }
+
+    #[test]
     fn forget_drops_entries_and_keeps_the_root() {
         let t = InodeTable::default();
-        let a = Identity::Virtual(Box::new(Node::git(GitNode::MarksRoot)));
+        let a = Identity::Virtual(Node::git(GitNode::MarksRoot));
         let ino = t.lookup(&a, &Node::git(GitNode::MarksRoot));
         t.lookup(&a, &Node::git(GitNode::MarksRoot));
         t.forget(ino, 1);

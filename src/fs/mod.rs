@@ -167,7 +167,7 @@ impl State {
     }
 
     /// The node `ino` stands for, and what it was when the kernel learnt it.
-    fn node(&self, ino: INodeNo) -> Result<(Arc<Node>, Identity), TreeError> {
+    fn node(&self, ino: INodeNo) -> Result<(Node, Identity), TreeError> {
         self.inodes
             .get(ino.0)
             .ok_or_else(|| TreeError::not_found(format!("inode {}", ino.0)))
@@ -483,7 +483,7 @@ impl Filesystem for Fs {
                     mtime: SystemTime::UNIX_EPOCH,
                     ctime: SystemTime::UNIX_EPOCH,
                     atime: SystemTime::UNIX_EPOCH,
-                    identity: Identity::Virtual(Box::new(Node::Root)),
+                    identity: Identity::Virtual(Node::Root),
                 },
             );
             let reader = (ino.0, req.pid());
@@ -799,9 +799,7 @@ impl Filesystem for Fs {
         match self.node(ino) {
             // A message carries no attributes; saying so (rather than EROFS) lets
             // `cp -p` fall back to plain permissions.
-            Ok((node, _)) if matches!(*node, Node::Draft(_)) => {
-                reply.error(Errno::from_i32(libc::ENOTSUP))
-            }
+            Ok((Node::Draft(_), _)) => reply.error(Errno::from_i32(libc::ENOTSUP)),
             Ok((node, _)) => reply.error(self.read_only("setxattr", node.path())),
             Err(e) => reply.error(refuse("setxattr", &e)),
         }

@@ -114,8 +114,8 @@ pub enum Identity {
         dev: u64,
         ino: u64,
     },
-    /// Boxed: identities are hash keys of the inode table, and most are backing files.
-    Virtual(Box<Node>),
+    /// A node that is its own identity (shared: a clone of a node is a count).
+    Virtual(Node),
     /// A draft, by its number: it keeps its inode when renamed.
     Draft(u64),
 }
@@ -420,7 +420,7 @@ impl Tree {
             mtime,
             ctime: mtime,
             atime: mtime,
-            identity: Identity::Virtual(Box::new(node.clone())),
+            identity: Identity::Virtual(node.clone()),
         }
     }
 
@@ -506,7 +506,7 @@ impl Tree {
     /// Watches backing directory `node` (nothing else is watched this way).
     fn watch(&self, node: &Node) {
         if let (Node::Backing(b), Some(w)) = (node, &self.watcher) {
-            w.watch_backing(&self.backing, b.rel());
+            w.watch_backing(&self.backing, b.shared());
         }
     }
 
@@ -514,7 +514,7 @@ impl Tree {
     /// open on (the listing it was found in).
     fn watch_entry(&self, parent: &std::os::fd::OwnedFd, b: &Backed) {
         if let Some(w) = &self.watcher {
-            w.watch_entry(parent, b.rel());
+            w.watch_entry(parent, b.shared());
         }
     }
 

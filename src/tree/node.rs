@@ -17,6 +17,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::paging::address::{OUTPUT_FILE, TOOLS_DIR};
 use crate::paging::{Address, RecordPath, Stream};
@@ -44,18 +45,19 @@ pub const TOP_LEVEL: [&str; 9] = [
     EVENTS_NDJSON,
 ];
 
-/// A node of the view. The inode table keeps one for every entry the kernel holds, so
-/// a node is kept to three words: a backing node is its path, and the rarer families
-/// are boxed (construct them with [`Node::capture`], [`Node::git`], [`Node::draft`],
+/// A node of the view. The inode table keeps one for every entry the kernel holds, and
+/// hands it to every request on that entry, so a node is three words and a clone of it
+/// is a reference count: a backing node is its shared path, and the other families are
+/// shared too (construct them with [`Node::capture`], [`Node::git`], [`Node::draft`],
 /// [`Node::record`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Node {
     Root,
     Backing(Backed),
-    Capture(Box<Capture>),
-    Git(Box<GitNode>),
-    Draft(Box<DraftNode>),
-    Record(Box<RecordView>),
+    Capture(Arc<Capture>),
+    Git(Arc<GitNode>),
+    Draft(Arc<DraftNode>),
+    Record(Arc<RecordView>),
     View(ViewFile),
 }
 
@@ -105,11 +107,11 @@ impl RecordView {
 /// A file or directory under `steps/` or `inbox/`: its workspace-relative path, and no
 /// more. What that path is ([`Place`]) is derived from it when asked, borrowing from it:
 /// the inode table keeps one of these for every entry the kernel holds (hundreds of
-/// thousands in a large workspace), so it holds one allocation of exactly the path's
-/// length.
+/// thousands in a large workspace), so it holds one allocation: the path's bytes and
+/// their reference counts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Backed {
-    rel: Box<Path>,
+    rel: Arc<Path>,
 }
 
 /// What a backing path is in the workspace's layout, its parts borrowed from the path.
@@ -214,11 +216,17 @@ fn record(agent: &OsStr, step: &OsStr, tool: &OsStr) -> Option<RecordPath> {
 impl Backed {
     pub fn new(rel: impl Into<PathBuf>) -> Self {
         Self {
-            rel: rel.into().into_boxed_path(),
+            rel: Arc::from(rel.into()),
         }
     }
 
     pub fn rel(&self) -> &Path {
+        &self.rel
+    }
+
+    /// The path itself, for whoever keeps it as long as the node (the watch of a
+    /// directory): shared, not copied.
+    pub fn shared(&self) -> &Arc<Path> {
         &self.rel
     }
 
@@ -289,19 +297,19 @@ pub struct DraftNode {
 
 impl Node {
     pub fn capture(c: Capture) -> Node {
-        Node::Capture(Box::new(c))
+        Node::Capture(Arc::new(c))
     }
 
     pub fn git(g: GitNode) -> Node {
-        Node::Git(Box::new(g))
+        Node::Git(Arc::new(g))
     }
 
     pub fn draft(d: DraftNode) -> Node {
-        Node::Draft(Box::new(d))
+        Node::Draft(Arc::new(d))
     }
 
     pub fn record(v: RecordView) -> Node {
-        Node::Record(Box::new(v))
+        Node::Record(Arc::new(v))
     }
 
     /// A backing node at workspace-relative `rel`.
