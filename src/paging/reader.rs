@@ -49,7 +49,15 @@ pub struct CaptureKey {
     pub dev: u64,
     pub ino: u64,
     pub size: u64,
-    pub mtime_ns: i128,
+    /// Nanoseconds since the epoch, saturated outside 1678-2262: a key
+    /// of 32 bytes with no 16-byte alignment keeps both caches' slots small.
+    pub mtime_ns: i64,
+}
+
+/// `sec` seconds and `nsec` nanoseconds as one count, saturated at `i64`'s ends.
+fn nanos(sec: i64, nsec: i64) -> i64 {
+    let n = i128::from(sec) * 1_000_000_000 + i128::from(nsec);
+    i64::try_from(n).unwrap_or(if n < 0 { i64::MIN } else { i64::MAX })
 }
 
 impl CaptureKey {
@@ -59,7 +67,7 @@ impl CaptureKey {
             dev: meta.dev(),
             ino: meta.ino(),
             size: meta.size(),
-            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            mtime_ns: nanos(meta.mtime(), meta.mtime_nsec()),
         }
     }
 
@@ -69,7 +77,7 @@ impl CaptureKey {
             dev: st.dev,
             ino: st.ino,
             size: st.size,
-            mtime_ns: i128::from(st.mtime.0) * 1_000_000_000 + i128::from(st.mtime.1),
+            mtime_ns: nanos(st.mtime.0, st.mtime.1),
         }
     }
 

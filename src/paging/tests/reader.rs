@@ -241,6 +241,7 @@ fn real_keys_come_from_fstat() {
     assert_eq!(k, CaptureKey::from_metadata(&meta));
     assert_eq!(k.size, meta.len());
     assert!(k.mtime_ns > 0);
+    assert_eq!(std::mem::size_of::<CaptureKey>(), 32);
     // A rename over the path (how litany lands a capture) is a new inode.
     let tmp = c.path.with_extension("json.tmp");
     std::fs::write(&tmp, ToolOutputRecord::new("x", "").pretty()).expect("tmp");
