@@ -13,7 +13,6 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
@@ -22,6 +21,7 @@ use crate::FastMap;
 use crate::inotify::{EVENT_BUFFER, Inotify};
 use crate::workspace::backing::Backing;
 use crate::workspace::refs::ref_places;
+use crate::workspace::shared_path::SharedPath;
 
 /// What a backing directory's watch reports.
 const DIR_MASK: u32 = libc::IN_CREATE
@@ -68,7 +68,7 @@ pub enum Change {
 enum Watched {
     /// The path, shared with the `backing` map's key and with the tree's node for the
     /// directory: a large workspace has a watch for every directory listed.
-    Backing(Arc<Path>),
+    Backing(SharedPath),
     Refs,
 }
 
@@ -76,7 +76,7 @@ pub struct Watcher {
     inotify: Inotify,
     repo: PathBuf,
     wds: Mutex<FastMap<i32, Watched>>,
-    backing: Mutex<FastMap<Arc<Path>, i32>>,
+    backing: Mutex<FastMap<SharedPath, i32>>,
     /// Whether the watch limit has been reported: it is said once, not once per directory
     /// past it (a workspace over the limit has tens of thousands of them).
     limit_told: AtomicBool,
@@ -114,7 +114,7 @@ impl Watcher {
     /// Watches backing directory `rel`, if it is not watched yet. True when it is watched
     /// (so answers about its entries may be cached for long); false when it could not be
     /// (the watch limit, or the directory is gone), and the caller must not cache long.
-    pub fn watch_backing(&self, backing: &Backing, rel: &Arc<Path>) -> bool {
+    pub fn watch_backing(&self, backing: &Backing, rel: &SharedPath) -> bool {
         if self.backing.lock().contains_key(rel) {
             return true;
         }
@@ -128,7 +128,7 @@ impl Watcher {
     /// [`Watcher::watch_backing`] for directory `rel`, an entry of the directory `parent`
     /// is open on (resolved beneath the root: the listing `rel` was found in), reached
     /// from it in one call instead of a walk from the root.
-    pub fn watch_entry(&self, parent: &impl AsRawFd, rel: &Arc<Path>) -> bool {
+    pub fn watch_entry(&self, parent: &impl AsRawFd, rel: &SharedPath) -> bool {
         if self.backing.lock().contains_key(rel) {
             return true;
         }
@@ -143,7 +143,7 @@ impl Watcher {
     }
 
     /// Records the watch of `rel` that `added` made, or says why there is none.
-    fn added(&self, rel: &Arc<Path>, added: io::Result<i32>) -> bool {
+    fn added(&self, rel: &SharedPath, added: io::Result<i32>) -> bool {
         match added {
             Ok(wd) => {
                 self.wds.lock().insert(wd, Watched::Backing(rel.clone()));
@@ -241,7 +241,7 @@ mod tests {
         let f = crate::fixture::Fixture::create(&ws.join("w"), Flavour::Litany).unwrap();
         let backing = Backing::open(ws).unwrap();
         let w = Watcher::new(&f.root().join(REPO_DIR)).unwrap();
-        assert!(w.watch_backing(&backing, &Arc::from(Path::new("steps/a"))));
+        assert!(w.watch_backing(&backing, &SharedPath::from(Path::new("steps/a"))));
         assert!(w.is_watched(Path::new("steps/a")));
         std::fs::write(ws.join("steps/a/x"), b"1").unwrap();
         let changes = w.read_changes().unwrap();
@@ -275,13 +275,13 @@ mod tests {
         // A symlinked directory is never watched through the link.
         let outside = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(outside.path(), ws.join("steps/link")).unwrap();
-        assert!(!w.watch_backing(&backing, &Arc::from(Path::new("steps/link"))));
+        assert!(!w.watch_backing(&backing, &SharedPath::from(Path::new("steps/link"))));
         // Nor as an entry of the listing it was found in; a real directory is.
         std::fs::create_dir(ws.join("steps/b")).unwrap();
         let (steps, _) = backing.list_open(Path::new("steps")).unwrap();
-        assert!(!w.watch_entry(&steps, &Arc::from(Path::new("steps/link"))));
+        assert!(!w.watch_entry(&steps, &SharedPath::from(Path::new("steps/link"))));
         assert!(!w.is_watched(Path::new("steps/link")));
-        assert!(w.watch_entry(&steps, &Arc::from(Path::new("steps/b"))));
+        assert!(w.watch_entry(&steps, &SharedPath::from(Path::new("steps/b"))));
         assert!(w.is_watched(Path::new("steps/b")));
         std::fs::write(ws.join("steps/b/y"), b"1").unwrap();
         let mut seen = false;

@@ -20,7 +20,7 @@ pub const ROOT_INO: u64 = 1;
 /// Where numbers that are not backing inode numbers start: above any a file system gives.
 pub const ALLOCATED_BASE: u64 = 1 << 63;
 
-/// One number the kernel references. A slot is four words (five with its key), and a
+/// One number the kernel references. A slot is three words (four with its key), and a
 /// large workspace's kernel holds hundreds of thousands: the node is shared (a clone of it is a count),
 /// and no identity is kept that the number or the node already says.
 struct Slot {
@@ -289,10 +289,10 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_is_four_words() {
+    fn a_slot_is_three_words() {
         assert_eq!(
             std::mem::size_of::<Slot>(),
-            4 * std::mem::size_of::<usize>()
+            3 * std::mem::size_of::<usize>()
         );
     }
 

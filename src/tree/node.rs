@@ -22,6 +22,7 @@ use std::sync::Arc;
 use crate::paging::address::{OUTPUT_FILE, TOOLS_DIR};
 use crate::paging::{Address, RecordPath, Stream};
 use crate::views::{EVENTS, EVENTS_NDJSON, STATUS, STATUS_JSON};
+use crate::workspace::shared_path::SharedPath;
 use crate::workspace::steps::step_number;
 use crate::workspace::{AGENTS_DIR, INBOX_DIR, STEPS_DIR};
 use std::os::unix::ffi::OsStrExt;
@@ -46,7 +47,7 @@ pub const TOP_LEVEL: [&str; 9] = [
 ];
 
 /// A node of the view. The inode table keeps one for every entry the kernel holds, and
-/// hands it to every request on that entry, so a node is three words and a clone of it
+/// hands it to every request on that entry, so a node is two words and a clone of it
 /// is a reference count: a backing node is its shared path, and the other families are
 /// shared too (construct them with [`Node::capture`], [`Node::git`], [`Node::draft`],
 /// [`Node::record`]).
@@ -111,7 +112,7 @@ impl RecordView {
 /// their reference counts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Backed {
-    rel: Arc<Path>,
+    rel: SharedPath,
 }
 
 /// What a backing path is in the workspace's layout, its parts borrowed from the path.
@@ -216,7 +217,7 @@ fn record(agent: &OsStr, step: &OsStr, tool: &OsStr) -> Option<RecordPath> {
 impl Backed {
     pub fn new(rel: impl Into<PathBuf>) -> Self {
         Self {
-            rel: Arc::from(rel.into()),
+            rel: SharedPath::new(&rel.into()),
         }
     }
 
@@ -226,7 +227,7 @@ impl Backed {
 
     /// The path itself, for whoever keeps it as long as the node (the watch of a
     /// directory): shared, not copied.
-    pub fn shared(&self) -> &Arc<Path> {
+    pub fn shared(&self) -> &SharedPath {
         &self.rel
     }
 
@@ -390,16 +391,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_node_is_three_words() {
+    fn a_node_is_two_words() {
         // The inode table holds one per entry the kernel keeps (module docs of `Node`).
         assert_eq!(
             std::mem::size_of::<Node>(),
-            3 * std::mem::size_of::<usize>()
-        );
-        assert_eq!(
-            std::mem::size_of::<Backed>(),
             2 * std::mem::size_of::<usize>()
         );
+        assert_eq!(std::mem::size_of::<Backed>(), std::mem::size_of::<usize>());
     }
 
     #[test]

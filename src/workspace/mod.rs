@@ -9,6 +9,7 @@ pub mod backing;
 pub mod ids;
 pub mod inbox;
 pub mod refs;
+pub mod shared_path;
 pub mod steps;
 
 use std::io;
