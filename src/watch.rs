@@ -118,7 +118,7 @@ impl Watcher {
         if self.backing.lock().contains_key(rel) {
             return true;
         }
-        let fd = match backing.open_path(rel) {
+        let fd = match backing.open_path(&rel.to_path()) {
             Ok(fd) => fd,
             Err(_) => return false,
         };
@@ -132,10 +132,7 @@ impl Watcher {
         if self.backing.lock().contains_key(rel) {
             return true;
         }
-        let Some(name) = rel.file_name() else {
-            return false;
-        };
-        match self.inotify.add_in(parent, name, DIR_MASK) {
+        match self.inotify.add_in(parent, rel.file_name(), DIR_MASK) {
             // Gone since the listing, or no longer a directory: nothing to watch.
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => false,
             r => self.added(rel, r),
@@ -158,19 +155,19 @@ impl Watcher {
                          and every directory past it are re-read at short intervals (slower \
                          walks) until it is raised, e.g. `sysctl fs.inotify.max_user_watches=\
                          1048576`; further directories past it are logged at debug level",
-                        rel.display(),
+                        rel,
                         WATCH_LIMIT_SYSCTL,
                         limit.trim()
                     );
                 } else {
-                    log::debug!("{}: cannot watch: the watch limit", rel.display());
+                    log::debug!("{}: cannot watch: the watch limit", rel);
                 }
                 false
             }
             Err(e) => {
                 log::warn!(
                     "{}: cannot watch ({e}); its entries are re-read at short intervals",
-                    rel.display()
+                    rel
                 );
                 false
             }
@@ -178,7 +175,7 @@ impl Watcher {
     }
 
     /// Whether backing directory `rel` is watched.
-    pub fn is_watched(&self, rel: &Path) -> bool {
+    pub fn is_watched(&self, rel: &SharedPath) -> bool {
         self.backing.lock().contains_key(rel)
     }
 
@@ -198,10 +195,10 @@ impl Watcher {
                 Some(Watched::Backing(dir)) => {
                     if ev.watch_ended() {
                         self.forget(ev.wd, &dir);
-                        out.push(Change::Gone(dir.to_path_buf()));
+                        out.push(Change::Gone(dir.to_path()));
                     } else if !ev.name.is_empty() {
                         out.push(Change::Entry {
-                            dir: dir.to_path_buf(),
+                            dir: dir.to_path(),
                             name: OsStr::from_bytes(ev.name).to_os_string(),
                             renamed: ev.renamed(),
                         });
@@ -218,7 +215,7 @@ impl Watcher {
         Ok(out)
     }
 
-    fn forget(&self, wd: i32, dir: &Path) {
+    fn forget(&self, wd: i32, dir: &SharedPath) {
         self.wds.lock().remove(&wd);
         let mut backing = self.backing.lock();
         if backing.get(dir) == Some(&wd) {
@@ -231,6 +228,10 @@ impl Watcher {
 mod tests {
     use super::*;
     use crate::workspace::REPO_DIR;
+
+    fn sp(s: &str) -> SharedPath {
+        SharedPath::new(Path::new(s))
+    }
     use crate::workspace::refs::Flavour;
 
     #[test]
@@ -241,8 +242,8 @@ mod tests {
         let f = crate::fixture::Fixture::create(&ws.join("w"), Flavour::Litany).unwrap();
         let backing = Backing::open(ws).unwrap();
         let w = Watcher::new(&f.root().join(REPO_DIR)).unwrap();
-        assert!(w.watch_backing(&backing, &SharedPath::from(Path::new("steps/a"))));
-        assert!(w.is_watched(Path::new("steps/a")));
+        assert!(w.watch_backing(&backing, &sp("steps/a")));
+        assert!(w.is_watched(&sp("steps/a")));
         std::fs::write(ws.join("steps/a/x"), b"1").unwrap();
         let changes = w.read_changes().unwrap();
         assert!(changes.contains(&Change::Entry {
@@ -271,18 +272,18 @@ mod tests {
             }
         }
         assert!(gone);
-        assert!(!w.is_watched(Path::new("steps/a")));
+        assert!(!w.is_watched(&sp("steps/a")));
         // A symlinked directory is never watched through the link.
         let outside = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(outside.path(), ws.join("steps/link")).unwrap();
-        assert!(!w.watch_backing(&backing, &SharedPath::from(Path::new("steps/link"))));
+        assert!(!w.watch_backing(&backing, &sp("steps/link")));
         // Nor as an entry of the listing it was found in; a real directory is.
         std::fs::create_dir(ws.join("steps/b")).unwrap();
         let (steps, _) = backing.list_open(Path::new("steps")).unwrap();
-        assert!(!w.watch_entry(&steps, &SharedPath::from(Path::new("steps/link"))));
-        assert!(!w.is_watched(Path::new("steps/link")));
-        assert!(w.watch_entry(&steps, &SharedPath::from(Path::new("steps/b"))));
-        assert!(w.is_watched(Path::new("steps/b")));
+        assert!(!w.watch_entry(&steps, &sp("steps/link")));
+        assert!(!w.is_watched(&sp("steps/link")));
+        assert!(w.watch_entry(&steps, &sp("steps/b")));
+        assert!(w.is_watched(&sp("steps/b")));
         std::fs::write(ws.join("steps/b/y"), b"1").unwrap();
         let mut seen = false;
         for _ in 0..5 {

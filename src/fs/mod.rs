@@ -29,8 +29,8 @@ use fuser::{
 };
 
 use crate::tree::{
-    Attr, Child, Closer, Content, ErrorKind, Identity, Kind, Node, OpenMode, Opened, SHORT_TTL,
-    Tree, TreeError,
+    Attr, Backed, Child, Closer, Content, ErrorKind, Identity, Kind, Node, OpenMode, Opened,
+    SHORT_TTL, Tree, TreeError,
 };
 use crate::watch::Change;
 use handles::{Handle, Handles, Io};
@@ -935,7 +935,7 @@ impl Invalidator {
     fn ino_of(&self, node: &Node) -> Option<u64> {
         let inodes = &self.state.inodes;
         if let Node::Backing(b) = node
-            && let Ok(st) = self.state.tree.backing().lstat(b.rel())
+            && let Ok(st) = self.state.tree.backing().lstat(&b.rel())
             && let Some(ino) = inodes.known(&Identity::Backing {
                 dev: st.dev,
                 ino: st.ino,
@@ -997,17 +997,16 @@ impl Invalidator {
                 self.state.tree.refs().invalidate();
                 self.state.tree.views().refs_moved();
                 // Each directory's number is looked up (a `stat`) once, not once per entry.
-                let mut parents: crate::FastMap<std::path::PathBuf, Option<u64>> =
-                    crate::FastMap::default();
+                let mut parents: crate::FastMap<Backed, Option<u64>> = crate::FastMap::default();
                 for (ino, node) in inodes.backing_nodes() {
                     quiet(n.inval_inode(INodeNo(ino), 0, 0));
                     if let Node::Backing(b) = &node
-                        && let (Some(parent), Some(name)) = (b.rel().parent(), b.rel().file_name())
+                        && let Some(parent) = b.parent()
                         && let Some(p) = *parents
-                            .entry(parent.to_path_buf())
-                            .or_insert_with(|| self.ino_of(&Node::backing(parent)))
+                            .entry(parent.clone())
+                            .or_insert_with(|| self.ino_of(&Node::Backing(parent)))
                     {
-                        quiet(n.inval_entry(INodeNo(p), name));
+                        quiet(n.inval_entry(INodeNo(p), b.file_name()));
                     }
                 }
             }

@@ -44,7 +44,7 @@ impl Tree {
         }
         let st = self
             .backing
-            .lstat(b.rel())
+            .lstat(&b.rel())
             .map_err(|e| TreeError::io(node.path(), e))?;
         if !shows(b, &place, &st) {
             return Err(TreeError::not_found(node.path()));
@@ -136,7 +136,7 @@ impl Tree {
     ) -> Result<(Vec<Child>, OwnedFd), TreeError> {
         let (dir, entries) = self
             .backing
-            .list_open(b.rel())
+            .list_open(&b.rel())
             .map_err(|e| TreeError::io(node.path(), e))?;
         // Each child's place is parsed once, for the filter and its attributes.
         let mut out: Vec<Child> = entries
@@ -176,7 +176,7 @@ impl Tree {
         }
         let (f, st) = self
             .backing
-            .open_file(b.rel())
+            .open_file(&b.rel())
             .map_err(|e| match e.raw_os_error() {
                 Some(libc::EISDIR) => TreeError::new(node.path(), ErrorKind::IsDir),
                 _ => TreeError::io(node.path(), e),
@@ -190,9 +190,7 @@ impl Tree {
 
 /// Whether backing entry `b`, at `place`, is part of the view.
 fn shows(b: &Backed, place: &Place, st: &Stat) -> bool {
-    let Some(name) = b.rel().file_name() else {
-        return true;
-    };
+    let name = b.file_name();
     match place {
         Place::StepsRoot | Place::InboxRoot => true,
         Place::AgentSteps { .. }

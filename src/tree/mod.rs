@@ -55,6 +55,7 @@ use crate::witness::Witness;
 use crate::workspace::Workspace;
 use crate::workspace::backing::Backing;
 use crate::workspace::refs::{Refs, Snapshot};
+use crate::workspace::shared_path::SharedPath;
 use drafts::{Draft, Drafts};
 
 /// Permission bits of what the view shows: records and git content are read-only.
@@ -518,7 +519,7 @@ impl Tree {
         }
     }
 
-    fn watched(&self, rel: &Path) -> bool {
+    fn watched(&self, rel: &SharedPath) -> bool {
         self.watcher.as_ref().is_some_and(|w| w.is_watched(rel))
     }
 
@@ -538,7 +539,7 @@ impl Tree {
         if attr.kind == Kind::Dir && b.place().in_inbox() {
             return SHORT_TTL;
         }
-        let rel = b.rel();
+        let rel = b.shared();
         let parent_watched = rel.parent().is_some_and(|p| self.watched(p));
         if parent_watched && (attr.kind != Kind::Dir || self.watched(rel)) {
             WATCHED_TTL
@@ -751,7 +752,7 @@ impl Tree {
         match node {
             Node::Backing(b) => self
                 .backing
-                .readlink(b.rel())
+                .readlink(&b.rel())
                 .map_err(|e| TreeError::io(node.path(), e)),
             Node::Git(g) => self.git_readlink(node, g),
             Node::Record(v) => self.record_readlink(node, v),

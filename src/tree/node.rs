@@ -108,8 +108,8 @@ impl RecordView {
 /// A file or directory under `steps/` or `inbox/`: its workspace-relative path, and no
 /// more. What that path is ([`Place`]) is derived from it when asked, borrowing from it:
 /// the inode table keeps one of these for every entry the kernel holds (hundreds of
-/// thousands in a large workspace), so it holds one allocation: the path's bytes and
-/// their reference counts.
+/// thousands in a large workspace), so it is one pointer to its name, which shares its
+/// directory's path with its siblings ([`SharedPath`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Backed {
     rel: SharedPath,
@@ -156,8 +156,14 @@ impl<'a> Place<'a> {
             parts[n] = c.as_os_str();
             n += 1;
         }
+        Self::of_parts(&parts[..n])
+    }
+
+    /// The place of the path whose first components (at most [`PLACE_DEPTH`]) are
+    /// `parts`.
+    fn of_parts(parts: &[&'a OsStr]) -> Self {
         let text = |s: &'a OsStr| s.to_str();
-        match &parts[..n] {
+        match parts {
             [top] if *top == INBOX_DIR => Place::InboxRoot,
             [top, id] if *top == INBOX_DIR => Place::Inbox { agent: text(id) },
             [top, id, _] if *top == INBOX_DIR => Place::InboxEntry { agent: text(id) },
@@ -221,8 +227,14 @@ impl Backed {
         }
     }
 
-    pub fn rel(&self) -> &Path {
-        &self.rel
+    /// The whole workspace-relative path, made afresh (for a system call).
+    pub fn rel(&self) -> PathBuf {
+        self.rel.to_path()
+    }
+
+    /// The last component.
+    pub fn file_name(&self) -> &OsStr {
+        self.rel.file_name()
     }
 
     /// The path itself, for whoever keeps it as long as the node (the watch of a
@@ -233,12 +245,21 @@ impl Backed {
 
     /// What the path is, derived from it.
     pub fn place(&self) -> Place<'_> {
-        Place::of(&self.rel)
+        let mut parts = [OsStr::new(""); PLACE_DEPTH];
+        let n = self.rel.components(&mut parts);
+        Place::of_parts(&parts[..n])
+    }
+
+    /// The directory this entry is in, sharing its path, if the path has a parent.
+    pub fn parent(&self) -> Option<Backed> {
+        self.rel.parent().map(|rel| Backed { rel: rel.clone() })
     }
 
     /// The entry `name` inside this directory.
     pub fn join(&self, name: &OsStr) -> Self {
-        Self::new(self.rel.join(name))
+        Self {
+            rel: self.rel.join(name),
+        }
     }
 
     /// The agent whose inbox directory this is, if it is one.
@@ -338,7 +359,7 @@ impl Node {
     pub fn path(&self) -> String {
         match self {
             Node::Root => ".".into(),
-            Node::Backing(b) => b.rel.to_string_lossy().into_owned(),
+            Node::Backing(b) => b.rel().to_string_lossy().into_owned(),
             Node::Git(g) => match &**g {
                 GitNode::MarksRoot => MARKS_DIR.into(),
                 GitNode::MarkKind(k) => format!("{MARKS_DIR}/{k}"),

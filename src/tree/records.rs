@@ -26,6 +26,7 @@ use super::{TreeError, WATCHED_TTL, system_time};
 use crate::paging::CaptureKey;
 use crate::workspace::STEPS_DIR;
 use crate::workspace::backing::Stat;
+use crate::workspace::shared_path::SharedPath;
 use crate::workspace::steps::{META_FILE, RESPONSE_FILE, step_number};
 
 /// The name of the symlink to an agent's highest-numbered step directory.
@@ -126,7 +127,7 @@ impl Tree {
         let dir_attr = self.backing_getattr(&node, &dir)?;
         let entries = self
             .backing
-            .list(dir.rel())
+            .list(&dir.rel())
             .map_err(|e| TreeError::io(node.path(), e))?;
         Ok(entries
             .into_iter()
@@ -222,7 +223,7 @@ impl Tree {
     }
 
     fn response_ttl(&self, dir: &Path, done: bool) -> Duration {
-        if done && self.watched(dir) {
+        if done && self.watched(&SharedPath::new(dir)) {
             WATCHED_TTL
         } else {
             NO_TTL
