@@ -19,7 +19,9 @@
 //!   commits, and every tool input is equal, as JSON, to the committed one. A line that
 //!   does not parse is shown, with its number, and rendering goes on: never an `EIO`.
 //! - *Bounded.* Renderings and transcripts share one byte budget, least recently used
-//!   first out.
+//!   first out; the lengths of small closed `response.md` files have a share of it to
+//!   themselves ([`LENGTHS_SHARE`]), kept in a table of their own, since a walk sizes one
+//!   per step listed and each is a few words.
 //!
 //! **What is kept.** A rendering no longer than an eighth of the budget is held whole,
 //! so reads copy bytes (a text-delta line is ~70 bytes for a few bytes of text, so a
@@ -136,24 +138,49 @@ enum Key {
 #[derive(Clone)]
 enum Value {
     Response(Arc<Mutex<Rendering>>),
-    /// Only the length of a closed `response.md` of at most [`LENGTH_ONLY_BYTES`] of
-    /// `response.json`, as of that file's version `key`: what a listing needs. Each read
-    /// renders it again, which costs less than keeping the rendering of every step
-    /// listed or read (a `grep -r` reads them all once).
-    Length {
-        key: CaptureKey,
-        len: u64,
-    },
     Transcript(Arc<Transcript>),
 }
 
+/// Only the length of a closed `response.md` of at most [`LENGTH_ONLY_BYTES`] of
+/// `response.json`, as of that file's version (its size and mtime; the (dev, ino) are
+/// the table's key): what a listing needs. Each read renders it again, which costs less
+/// than keeping the rendering of every step listed or read (a `grep -r` reads them all
+/// once).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Length {
+    size: u64,
+    mtime_ns: i64,
+    len: u64,
+}
+
+impl Length {
+    fn of(key: CaptureKey, len: u64) -> Self {
+        Length {
+            size: key.size,
+            mtime_ns: key.mtime_ns,
+            len,
+        }
+    }
+
+    /// The length, if it was taken of version `key`.
+    fn at(self, key: CaptureKey) -> Option<u64> {
+        (self.size == key.size && self.mtime_ns == key.mtime_ns).then_some(self.len)
+    }
+}
+
+/// The share of the budget the lengths table has (1/`LENGTHS_SHARE`); the renderings
+/// and transcripts have the rest. At about 56 bytes an entry, the default budget's
+/// share holds some 150,000 steps' lengths.
+pub const LENGTHS_SHARE: usize = 8;
+
 /// The largest `response.json` whose closed `response.md` is remembered by its length
-/// alone once sized or read ([`Value::Length`]): rendering this much again takes well
+/// alone once sized or read ([`Length`]): rendering this much again takes well
 /// under a millisecond, and a listing or a `grep -r` of many steps then costs the cache
 /// a slot a step instead of each step's rendering.
 pub const LENGTH_ONLY_BYTES: u64 = CHECKPOINT_BYTES;
 
 type Lru = ByteLru<Key, Value>;
+type Lengths = ByteLru<(u64, u64), Length>;
 
 /// Renderings of `response.json` files and transcripts, within a byte budget. Shared by
 /// the request threads: calls for different files run in parallel, calls for the same
@@ -164,6 +191,7 @@ pub struct Records {
     keep: u64,
     ahead_part: u64,
     lru: Mutex<Lru>,
+    lengths: Mutex<Lengths>,
 }
 
 impl Records {
@@ -186,6 +214,7 @@ impl Records {
             keep,
             ahead_part: response::AHEAD_PART,
             lru: Mutex::new(Lru::default()),
+            lengths: Mutex::new(Lengths::default()),
         }
     }
 
@@ -208,12 +237,17 @@ impl Records {
 
     /// Bytes held now, by the cache's own accounting.
     pub fn used_bytes(&self) -> usize {
-        self.lru.lock().used()
+        self.lru.lock().used() + self.lengths.lock().used()
     }
 
-    /// Renderings and transcripts held now.
+    /// Renderings, transcripts and lengths held now.
     pub fn entries(&self) -> usize {
-        self.lru.lock().len()
+        self.lru.lock().len() + self.lengths.lock().len()
+    }
+
+    /// The budget of the renderings and transcripts: all but the lengths' share.
+    fn renderings_budget(&self) -> usize {
+        self.budget - self.budget / LENGTHS_SHARE
     }
 
     /// Runs `f` on the rendering of the `response.json` open as `file`, brought up to
@@ -253,7 +287,7 @@ impl Records {
             |v| matches!(v, Value::Response(r) if Arc::ptr_eq(r, &rendering)),
             cost,
         );
-        lru.evict(self.budget);
+        lru.evict(self.renderings_budget());
         result
     }
 
@@ -272,7 +306,7 @@ impl Records {
     /// For a closed `response.md` of at most [`LENGTH_ONLY_BYTES`] of `response.json`
     /// that the cache holds no rendering of: its length, and `read`'s bytes
     /// (`offset`, `len`, appended to the buffer) from a rendering made for this call
-    /// alone; only the length is kept ([`Value::Length`]). `None` for any other
+    /// alone; only the length is kept ([`Length`]). `None` for any other
     /// `response.md`, which [`Records::with_response`] serves.
     fn length_only(
         &self,
@@ -284,13 +318,15 @@ impl Records {
         if !closed || key.size > LENGTH_ONLY_BYTES {
             return Ok(None);
         }
-        let slot = Key::Response(key.dev, key.ino);
-        let known = match self.lru.lock().get(slot) {
-            Some(Value::Length { key: k, len }) if k == key => Some(len),
-            // A rendering already held answers itself.
-            Some(Value::Response(_)) => return Ok(None),
-            _ => None,
-        };
+        // A rendering already held answers itself.
+        if matches!(
+            self.lru.lock().peek(&Key::Response(key.dev, key.ino)),
+            Some(Value::Response(_))
+        ) {
+            return Ok(None);
+        }
+        let slot = (key.dev, key.ino);
+        let known = self.lengths.lock().get(slot).and_then(|l| l.at(key));
         // Sizing, or a read at or past the end (a reader's last, empty one), needs no
         // rendering once the length is known.
         if let Some(len) = known
@@ -305,10 +341,10 @@ impl Records {
         }
         let len = r.len();
         if known.is_none() {
-            let mut lru = self.lru.lock();
-            // Its slot is all it costs, and the cache counts slots itself.
-            lru.insert(slot, Value::Length { key, len }, 0);
-            lru.evict(self.budget);
+            let mut lengths = self.lengths.lock();
+            // Its slot is all it costs, and the table counts slots itself.
+            lengths.insert(slot, Length::of(key, len), 0);
+            lengths.evict(self.budget / LENGTHS_SHARE);
         }
         Ok(Some(len))
     }
@@ -373,7 +409,7 @@ impl Records {
         }
         let cost = rendered.cost();
         lru.insert(Key::Transcript(tip), Value::Transcript(rendered), cost);
-        lru.evict(self.budget);
+        lru.evict(self.renderings_budget());
         Ok(bytes)
     }
 }

@@ -378,9 +378,10 @@ fn a_closed_small_response_is_remembered_by_its_length_and_rendered_afresh_for_e
     let len = records.response_len(&f, key, true).unwrap();
     assert_eq!(len, whole.len() as u64);
     let sized = records.used_bytes();
-    // Sizing many steps' responses costs the cache a slot each, not a rendering each.
+    // Sizing many steps' responses costs the cache a slot each, not a rendering each,
+    // and the slot of a length is a few words (a walk sizes one per step).
     assert!(
-        sized < 256,
+        sized <= 64,
         "a length-only entry costs {sized} bytes against {} of text",
         whole.len()
     );
