@@ -118,7 +118,7 @@ impl Tree {
         {
             return Ok(node);
         }
-        if let Some(view) = super::records::child(&place, name)
+        if let Some(view) = super::records::child(b, &place, name)
             && self.backing.lstat(&b.rel().join(name)).is_err()
         {
             // A record of the same name on disk, should one appear, wins.
@@ -163,7 +163,7 @@ impl Tree {
         if let Place::Inbox { agent: Some(agent) } = place {
             self.push_drafts(&mut out, agent);
         }
-        self.push_record_views(&mut out, &place);
+        self.push_record_views(&mut out, b, &place);
         Ok((out, dir))
     }
 

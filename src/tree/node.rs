@@ -89,8 +89,10 @@ impl ViewFile {
 pub enum RecordView {
     /// `steps/<id>/latest`: a symlink to the highest-numbered step directory.
     Latest { agent: String },
-    /// `steps/<id>/<NNN>/response.md`: the step's `response.json` as text.
-    Response { agent: String, step: String },
+    /// `steps/<id>/<NNN>/response.md`: the step's `response.json` as text. `step` is the
+    /// step directory (its place a [`Place::Step`]), shared with that directory's node:
+    /// a walk lists one of these per step.
+    Response { step: Backed },
     /// `steps/<id>/transcript.md`: the agent's committed conversation as text.
     Transcript { agent: String },
 }
@@ -98,9 +100,8 @@ pub enum RecordView {
 impl RecordView {
     pub fn agent(&self) -> &str {
         match self {
-            RecordView::Latest { agent }
-            | RecordView::Response { agent, .. }
-            | RecordView::Transcript { agent } => agent,
+            RecordView::Latest { agent } | RecordView::Transcript { agent } => agent,
+            RecordView::Response { step } => step.step_parts().map_or("", |(agent, _)| agent),
         }
     }
 }
@@ -262,6 +263,14 @@ impl Backed {
         }
     }
 
+    /// The agent and step number of this step directory, if it is one.
+    pub fn step_parts(&self) -> Option<(&str, &str)> {
+        match self.place() {
+            Place::Step { agent, step } => Some((agent, step)),
+            _ => None,
+        }
+    }
+
     /// The agent whose inbox directory this is, if it is one.
     pub fn inbox_agent(&self) -> Option<&str> {
         match self.place() {
@@ -379,8 +388,8 @@ impl Node {
                 RecordView::Latest { agent } => {
                     format!("{STEPS_DIR}/{agent}/{}", super::records::LATEST)
                 }
-                RecordView::Response { agent, step } => {
-                    format!("{STEPS_DIR}/{agent}/{step}/{}", super::records::RESPONSE_MD)
+                RecordView::Response { step } => {
+                    format!("{}/{}", step.rel().display(), super::records::RESPONSE_MD)
                 }
                 RecordView::Transcript { agent } => {
                     format!("{STEPS_DIR}/{agent}/{}", super::records::TRANSCRIPT_MD)

@@ -26,7 +26,6 @@ use super::{TreeError, WATCHED_TTL, system_time};
 use crate::paging::CaptureKey;
 use crate::workspace::STEPS_DIR;
 use crate::workspace::backing::Stat;
-use crate::workspace::shared_path::SharedPath;
 use crate::workspace::steps::{META_FILE, RESPONSE_FILE, step_number};
 
 /// The name of the symlink to an agent's highest-numbered step directory.
@@ -38,8 +37,8 @@ pub const TRANSCRIPT_MD: &str = "transcript.md";
 /// The default bound of the renderings kept ([`crate::records::Records`]).
 pub const DEFAULT_RECORDS_CACHE_BYTES: usize = 64 << 20;
 
-/// The record view `name` names in the backing directory at `place`, if any.
-pub(super) fn child(place: &Place, name: &OsStr) -> Option<RecordView> {
+/// The record view `name` names in backing directory `dir`, at `place`, if any.
+pub(super) fn child(dir: &Backed, place: &Place, name: &OsStr) -> Option<RecordView> {
     let name = name.to_str()?;
     match (place, name) {
         (Place::AgentSteps { agent }, LATEST) => Some(RecordView::Latest {
@@ -48,10 +47,7 @@ pub(super) fn child(place: &Place, name: &OsStr) -> Option<RecordView> {
         (Place::AgentSteps { agent }, TRANSCRIPT_MD) => Some(RecordView::Transcript {
             agent: agent.to_string(),
         }),
-        (Place::Step { agent, step }, RESPONSE_MD) => Some(RecordView::Response {
-            agent: agent.to_string(),
-            step: step.to_string(),
-        }),
+        (Place::Step { .. }, RESPONSE_MD) => Some(RecordView::Response { step: dir.clone() }),
         _ => None,
     }
 }
@@ -59,15 +55,21 @@ pub(super) fn child(place: &Place, name: &OsStr) -> Option<RecordView> {
 /// The record view whose content derives from backing entry `name` of `dir`, for
 /// invalidating it when that entry changes.
 pub fn derived_from(dir: &Path, name: &OsStr) -> Option<Node> {
-    let Place::Step { agent, step } = Place::of(dir) else {
+    let Place::Step { .. } = Place::of(dir) else {
         return None;
     };
     (name == RESPONSE_FILE || name == META_FILE).then(|| {
         Node::record(RecordView::Response {
-            agent: agent.to_string(),
-            step: step.to_string(),
+            step: Backed::new(dir),
         })
     })
+}
+
+/// The agent and step of a `response.md`'s step directory (always a step directory, as
+/// [`child`] and [`derived_from`] make it).
+fn response_parts<'a>(node: &Node, step: &'a Backed) -> Result<(&'a str, &'a str), TreeError> {
+    step.step_parts()
+        .ok_or_else(|| TreeError::not_found(node.path()))
 }
 
 fn step_dir(agent: &str, step: &str) -> PathBuf {
@@ -194,7 +196,8 @@ impl Tree {
                     .ok_or_else(|| TreeError::not_found(node.path()))?;
                 Ok(self.latest_attr(node, &step, &dir))
             }
-            RecordView::Response { agent, step } => {
+            RecordView::Response { step } => {
+                let (agent, step) = response_parts(node, step)?;
                 let r = self.response(node, agent, step, None)?;
                 self.response_attr(node, &r)
             }
@@ -214,16 +217,15 @@ impl Tree {
     /// step directory is watched (a change to its `response.json` is invalidated as it
     /// happens, [`derived_from`]).
     pub(super) fn record_ttl(&self, v: &RecordView) -> Option<Duration> {
-        let RecordView::Response { agent, step } = v else {
+        let RecordView::Response { step } = v else {
             return None;
         };
-        let dir = step_dir(agent, step);
-        let done = self.backing.lstat(&dir.join(META_FILE)).is_ok();
-        Some(self.response_ttl(&dir, done))
+        let done = self.backing.lstat(&step.rel().join(META_FILE)).is_ok();
+        Some(self.response_ttl(step, done))
     }
 
-    fn response_ttl(&self, dir: &Path, done: bool) -> Duration {
-        if done && self.watched(&SharedPath::new(dir)) {
+    fn response_ttl(&self, dir: &Backed, done: bool) -> Duration {
+        if done && self.watched(dir.shared()) {
             WATCHED_TTL
         } else {
             NO_TTL
@@ -249,7 +251,8 @@ impl Tree {
         self.record_may_see(node, v)?;
         match v {
             RecordView::Latest { .. } => Err(TreeError::new(node.path(), ErrorKind::Loop)),
-            RecordView::Response { agent, step } => {
+            RecordView::Response { step } => {
+                let (agent, step) = response_parts(node, step)?;
                 let r = self.response(node, agent, step, None)?;
                 Ok(Content::Response {
                     file: r.file,
@@ -295,7 +298,7 @@ impl Tree {
     /// whose `response.json` is over [`EAGER_STREAMS_BYTES`] is listed without rendering
     /// it (a walk must not render every record); its size is found at the first lookup or
     /// stat.
-    pub(super) fn push_record_views(&self, out: &mut Vec<Child>, place: &Place) {
+    pub(super) fn push_record_views(&self, out: &mut Vec<Child>, dir: &Backed, place: &Place) {
         let named = |out: &[Child], name: &str| out.iter().position(|c| c.name == name);
         match place {
             Place::AgentSteps { agent } => {
@@ -320,10 +323,7 @@ impl Tree {
                 };
                 let done = named(out, META_FILE).is_some();
                 let json = out[json].attr.clone();
-                let view = RecordView::Response {
-                    agent: agent.to_string(),
-                    step: step.to_string(),
-                };
+                let view = RecordView::Response { step: dir.clone() };
                 let node = Node::record(view.clone());
                 if self.record_may_see(&node, &view).is_err() {
                     return;
@@ -335,7 +335,7 @@ impl Tree {
                 } else {
                     self.response(&node, agent, step, Some(done))
                         .and_then(|r| self.response_attr(&node, &r))
-                        .map(|attr| (attr, self.response_ttl(&step_dir(agent, step), done)))
+                        .map(|attr| (attr, self.response_ttl(dir, done)))
                 };
                 match listed {
                     Ok((attr, ttl)) => {
