@@ -129,8 +129,10 @@ def git(ws, *args, input=None):
     ).stdout.strip()
 
 
-def make_workspace(ws, agents, steps, refs_per_agent=1):
-    """A workspace with `agents` agents of `steps` steps each, and marks."""
+def make_workspace(ws, agents, steps, refs_per_agent=1, captures=False):
+    """A workspace with `agents` agents of `steps` steps each, and marks. With `captures`,
+    each step's `output.json` is a capture litany would parse (its `stdout` and `stderr`
+    are then listed beside it); otherwise it is the same small record as the others."""
     (ws / "repo.git").mkdir(parents=True)
     git(ws, "init", "--bare", "-q", "-b", "config/default")
     blob = git(ws, "hash-object", "-w", "--stdin", input="Do the thing.\n")
@@ -152,7 +154,7 @@ def make_workspace(ws, agents, steps, refs_per_agent=1):
     # 22-35 s so (median 27) against 15-64 s with one (median 42); the disk is noisy.
     # Agents are dealt out in turn, so their inodes interleave as they would not serially.
     jobs = min(os.cpu_count() or 1, max(1, agents // 100))
-    chunks = [(ws, ids[i::jobs], steps) for i in range(jobs)]
+    chunks = [(ws, ids[i::jobs], steps, captures) for i in range(jobs)]
     if jobs == 1:
         write_agents(chunks[0])
     else:
@@ -161,17 +163,28 @@ def make_workspace(ws, agents, steps, refs_per_agent=1):
     return ids
 
 
+# A small tool capture in litany's shape (CONTRACT §4.3): what `bash` left of `ls`.
+CAPTURE = {
+    "stdout": "Cargo.toml\nREADME.md\nsrc\n",
+    "stderr": "",
+    "exit_code": 0,
+    "started_at": "2026-12-02T09:42:30Z",
+    "ended_at": "2026-12-02T09:42:31Z",
+}
+
+
 def write_agents(job):
     """The step records and inbox directories of some of make_workspace's agents."""
-    ws, ids, steps = job
+    ws, ids, steps, captures = job
     record = b'{\n  "model": "m"\n}'
+    capture = json.dumps(CAPTURE, indent=2).encode() if captures else record
     for aid in ids:
         for s in range(1, steps + 1):
             d = ws / "steps" / aid / f"{s:03d}"
             (d / "tools" / "toolu_1").mkdir(parents=True)
             for name in ("request.json", "response.json", "meta.json", "stderr.log"):
                 (d / name).write_bytes(record)
-            (d / "tools" / "toolu_1" / "output.json").write_bytes(record)
+            (d / "tools" / "toolu_1" / "output.json").write_bytes(capture)
         (ws / "steps" / aid).mkdir(parents=True, exist_ok=True)
         (ws / "steps" / aid / "driver.log").write_bytes(b"")
         (ws / "inbox" / aid).mkdir(parents=True)

@@ -4,9 +4,11 @@ settled, and after a cold walk (os.walk + lstat) of steps/, for a generated work
 AGENTS agents x 40 steps. The developer's loop for the scale section's RSS target,
 without its timings.
 
-    python3 scripts/rss.py [AGENTS] [LITANYFS] [--settle | --grep]
+    python3 scripts/rss.py [AGENTS] [LITANYFS] [--settle | --grep] [--captures]
         (default: 200, target/release/litanyfs; --settle stops before the walk, --grep
-        adds a `grep -r` over steps/ after it, which reads every record)
+        adds a `grep -r` over steps/ after it, which reads every record; --captures
+        makes every output.json a capture litany parses, so that its stdout and stderr
+        are listed too, in a workspace of its own)
 
 AGENTS=2000 is the scale section's workspace (728,000 entries shown). The workspace is
 kept under $TMPDIR/litanyfs-rss/ for the next run.
@@ -23,14 +25,15 @@ import bench  # noqa: E402  (make_workspace, events_settled)
 
 settle_only = "--settle" in sys.argv[1:]
 then_grep = "--grep" in sys.argv[1:]
-args = [a for a in sys.argv[1:] if a not in ("--settle", "--grep")]
+captures = "--captures" in sys.argv[1:]
+args = [a for a in sys.argv[1:] if a not in ("--settle", "--grep", "--captures")]
 agents = int(args[0]) if args else 200
 binary = args[1] if len(args) > 1 else str(Path(__file__).resolve().parent.parent / "target/release/litanyfs")
 base = Path(tempfile.gettempdir()) / "litanyfs-rss"
 base.mkdir(exist_ok=True)
-ws = base / f"ws{agents}"
+ws = base / (f"ws{agents}c" if captures else f"ws{agents}")
 if not ws.exists():
-    bench.make_workspace(ws, agents, 40)
+    bench.make_workspace(ws, agents, 40, captures=captures)
 mnt = base / "mnt"
 mnt.mkdir(exist_ok=True)
 subprocess.run([binary, "mount", str(ws), str(mnt), "--log-file", str(base / "log")], check=True, capture_output=True)
