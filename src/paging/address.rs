@@ -25,6 +25,7 @@
 //! tool's message, which quotes the grammar.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// Bytes per page. This is litany's `PAGE_BYTES`, the shipped
 /// `tool_output` allowance of 2048 + 2048.
@@ -173,12 +174,41 @@ fn plain(segment: &str) -> bool {
 /// `steps/<agent>/<step>/tools/<tool>/output.json`.
 ///
 /// The segments are kept as written (`001` stays `001`), so the path
-/// renders back to the string it was parsed from.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// renders back to the string it was parsed from. They are kept in one
+/// shared allocation (`<agent>/<step>/<tool>`, the separators being no part
+/// of any segment): every listed tool directory's `stdout` and `stderr` hold
+/// one, so a clone is a count, and a workspace's worth of them is not three
+/// allocations each.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct RecordPath {
-    agent: String,
-    step: String,
-    tool: String,
+    segments: Arc<str>,
+    /// Where the step segment starts in `segments`.
+    step_at: u32,
+    /// Where the tool segment starts in `segments`.
+    tool_at: u32,
+}
+
+impl fmt::Debug for RecordPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecordPath")
+            .field("agent", &self.agent())
+            .field("step", &self.step())
+            .field("tool", &self.tool())
+            .finish()
+    }
+}
+
+/// Ordered by agent, then step, then tool, each as a string.
+impl Ord for RecordPath {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.agent(), self.step(), self.tool()).cmp(&(other.agent(), other.step(), other.tool()))
+    }
+}
+
+impl PartialOrd for RecordPath {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 impl RecordPath {
@@ -188,10 +218,20 @@ impl RecordPath {
     pub fn new(agent: &str, step: &str, tool: &str) -> Option<RecordPath> {
         let numbered = !step.is_empty() && step.bytes().all(|b| b.is_ascii_digit());
         let single = |s: &str| plain(s) && !s.contains('/');
-        (single(agent) && single(tool) && numbered).then(|| RecordPath {
-            agent: agent.to_string(),
-            step: step.to_string(),
-            tool: tool.to_string(),
+        (single(agent) && single(tool) && numbered)
+            .then(|| Self::of(agent, step, tool))
+            .flatten()
+    }
+
+    /// The three segments, already checked, in one allocation. `None` only if a
+    /// segment is longer than 4 GiB.
+    fn of(agent: &str, step: &str, tool: &str) -> Option<RecordPath> {
+        let step_at = u32::try_from(agent.len() + 1).ok()?;
+        let tool_at = u32::try_from(agent.len() + 1 + step.len() + 1).ok()?;
+        Some(RecordPath {
+            segments: Arc::from(format!("{agent}/{step}/{tool}")),
+            step_at,
+            tool_at,
         })
     }
 
@@ -211,11 +251,8 @@ impl RecordPath {
         if step.is_empty() || !step.bytes().all(|b| b.is_ascii_digit()) {
             return Err(AddressError::new(given, Malformation::Step));
         }
-        Ok(RecordPath {
-            agent: (*agent).to_string(),
-            step: (*step).to_string(),
-            tool: (*tool).to_string(),
-        })
+        RecordPath::of(agent, step, tool)
+            .ok_or_else(|| AddressError::new(given, Malformation::Name))
     }
 
     /// Parse a bare record path, with no `#<stream>@<offset>`.
@@ -226,17 +263,23 @@ impl RecordPath {
     /// The agent id segment. `read_tool_output` compares it with the
     /// caller's id.
     pub fn agent(&self) -> &str {
-        &self.agent
+        self.segments
+            .get(..self.step_at as usize - 1)
+            .unwrap_or_default()
     }
 
     /// The step segment, as written (any width of digits).
     pub fn step(&self) -> &str {
-        &self.step
+        self.segments
+            .get(self.step_at as usize..self.tool_at as usize - 1)
+            .unwrap_or_default()
     }
 
     /// The tool-use id segment.
     pub fn tool(&self) -> &str {
-        &self.tool
+        self.segments
+            .get(self.tool_at as usize..)
+            .unwrap_or_default()
     }
 
     /// The address of `stream` at `offset` in this record.
@@ -254,7 +297,9 @@ impl RecordPath {
     pub fn dir(&self) -> String {
         format!(
             "{STEPS_DIR}/{}/{}/{TOOLS_DIR}/{}",
-            self.agent, self.step, self.tool
+            self.agent(),
+            self.step(),
+            self.tool()
         )
     }
 }
