@@ -235,6 +235,10 @@ impl From<RangeError> for PageError {
 #[derive(Clone)]
 enum Outcome {
     Indexed(Arc<RecordIndex>),
+    /// A record whose streams need no checkpoint (each shorter than an interval): the
+    /// length and start of stdout and stderr, without an index's allocation, which a walk
+    /// would pay for every small capture it lists.
+    Bare([(u64, u64); 2]),
     /// litany would refuse it, with this serde_json message.
     Unreadable(Arc<str>),
     /// The pass could not read the file. Not kept.
@@ -253,6 +257,14 @@ impl Outcome {
             text: e.to_string().into(),
         };
         match scan(file, interval) {
+            Ok(index)
+                if index.stdout.checkpoints.is_empty() && index.stderr.checkpoints.is_empty() =>
+            {
+                Outcome::Bare([
+                    (index.stdout.len, index.stdout.start),
+                    (index.stderr.len, index.stderr.start),
+                ])
+            }
             Ok(index) => Outcome::Indexed(Arc::new(index)),
             Err(ScanError::Json(fail)) => match ScanError::render(&fail, file) {
                 Ok(reason) => Outcome::Unreadable(reason.into()),
@@ -271,13 +283,24 @@ impl Outcome {
                     + index.stderr.heap_bytes()
             }
             Outcome::Unreadable(reason) => reason.len(),
-            Outcome::Io { .. } => 0,
+            Outcome::Bare(_) | Outcome::Io { .. } => 0,
         }
     }
 
     fn index(&self) -> Result<Arc<RecordIndex>, PageError> {
         match self {
             Outcome::Indexed(index) => Ok(Arc::clone(index)),
+            Outcome::Bare([(out_len, out_start), (err_len, err_start)]) => {
+                let bare = |len: &u64, start: &u64| StreamIndex {
+                    len: *len,
+                    start: *start,
+                    checkpoints: Vec::new(),
+                };
+                Ok(Arc::new(RecordIndex {
+                    stdout: bare(out_len, out_start),
+                    stderr: bare(err_len, err_start),
+                }))
+            }
             Outcome::Unreadable(reason) => Err(PageError::Unreadable {
                 record: None,
                 reason: reason.to_string(),
@@ -356,7 +379,7 @@ impl PageCache {
         self.lru
             .lock()
             .peek(key)
-            .is_some_and(|cell| matches!(cell.get(), Some(Outcome::Indexed(_))))
+            .is_some_and(|cell| matches!(cell.get(), Some(Outcome::Indexed(_) | Outcome::Bare(_))))
     }
 
     /// Drop whatever is held for `key`.
@@ -366,6 +389,11 @@ impl PageCache {
 
     /// The index for `key`, built from `file` on first use.
     fn index(&self, file: &File, key: CaptureKey) -> Result<Arc<RecordIndex>, PageError> {
+        self.outcome(file, key).index()
+    }
+
+    /// What the one pass over `file` concluded for `key`, made on first use.
+    fn outcome(&self, file: &File, key: CaptureKey) -> Outcome {
         let cell = self
             .lru
             .lock()
@@ -385,7 +413,7 @@ impl PageCache {
             }
             lru.evict(self.budget);
         }
-        outcome.index()
+        outcome.clone()
     }
 
     fn stream(index: &RecordIndex, stream: Stream) -> &StreamIndex {
@@ -402,8 +430,16 @@ impl PageCache {
         key: CaptureKey,
         stream: Stream,
     ) -> Result<u64, PageError> {
-        let index = self.index(file, key)?;
-        Ok(Self::stream(&index, stream).len)
+        match self.outcome(file, key) {
+            Outcome::Bare([(out, _), (err, _)]) => Ok(match stream {
+                Stream::Stdout => out,
+                Stream::Stderr => err,
+            }),
+            other => {
+                let index = other.index()?;
+                Ok(Self::stream(&index, stream).len)
+            }
+        }
     }
 
     /// Bytes `[offset, offset + len)` of `stream`, cut short at its end.

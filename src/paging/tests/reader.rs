@@ -419,3 +419,63 @@ fn fifty_megabytes() {
         println!("page @{offset}: {:?} each", t.elapsed() / n);
     }
 }
+
+#[test]
+fn a_small_capture_costs_its_slot_alone_and_reads_the_same() {
+    // Each stream is shorter than an interval: no checkpoint, and no index allocated.
+    let small = capture(&ToolOutputRecord::new("héllo\nworld\n", "warn\n").pretty());
+    let cache = PageCache::with_checkpoint_interval(usize::MAX, 64);
+    assert_eq!(
+        cache
+            .stream_len(&small.file, key(1), Stream::Stdout)
+            .expect("len"),
+        "héllo\nworld\n".len() as u64
+    );
+    assert_eq!(
+        cache
+            .stream_len(&small.file, key(1), Stream::Stderr)
+            .expect("len"),
+        5
+    );
+    assert!(cache.indexed(&key(1)));
+    let bare = cache.used_bytes();
+    // What any entry costs before its outcome: a refusal's, less its message.
+    let probe = PageCache::with_checkpoint_interval(usize::MAX, 64);
+    let refused = capture(b"nope");
+    let Err(PageError::Unreadable { reason, .. }) =
+        probe.stream_len(&refused.file, key(3), Stream::Stdout)
+    else {
+        panic!("a capture that does not parse is refused");
+    };
+    assert_eq!(bare, probe.used_bytes() - reason.len(), "no index is kept");
+    // A capture past one interval keeps its checkpoints, and costs them.
+    let long = "x".repeat(1000);
+    let big = capture(&ToolOutputRecord::new(&long, "").pretty());
+    cache
+        .stream_len(&big.file, key(2), Stream::Stdout)
+        .expect("len");
+    assert!(
+        cache.used_bytes() - bare > bare,
+        "the indexed entry costs more than the bare one ({} against {bare})",
+        cache.used_bytes() - bare
+    );
+    // Both read as the streams they hold, from any offset.
+    assert_eq!(
+        cache
+            .read(&small.file, key(1), Stream::Stdout, 1, 100)
+            .expect("read"),
+        "héllo\nworld\n".as_bytes()[1..]
+    );
+    assert_eq!(
+        cache
+            .read(&small.file, key(1), Stream::Stderr, 0, 100)
+            .expect("read"),
+        b"warn\n"
+    );
+    assert_eq!(
+        cache
+            .read(&big.file, key(2), Stream::Stdout, 990, 100)
+            .expect("read"),
+        &long.as_bytes()[990..]
+    );
+}
