@@ -8,6 +8,7 @@
 //! open on such a descriptor, never by a path that could follow a symlink out of it. An inotify descriptor is not an fd on any directory, so watching `inbox/<id>`
 //! does not make the daemon look like the agent's executor to `litany stop`.
 
+use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -17,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::FastMap;
+use crate::FastSet;
 use crate::inotify::{EVENT_BUFFER, Inotify};
 use crate::workspace::backing::Backing;
 use crate::workspace::refs::ref_places;
@@ -66,17 +67,88 @@ pub enum Change {
 
 #[derive(Debug, Clone)]
 enum Watched {
-    /// The path, shared with the `backing` map's key and with the tree's node for the
+    /// The path, shared with the `backing` set and with the tree's node for the
     /// directory: a large workspace has a watch for every directory listed.
     Backing(SharedPath),
     Refs,
 }
 
+/// The watches by descriptor. The kernel numbers one inotify instance's watches from 1
+/// up and reuses none until it wraps at `i32::MAX`, so the backing directories' watches
+/// are a run of slots indexed by descriptor, a word each (a hash map took two words and
+/// its spare room, for each of a large workspace's 244,000 directories). Slots before
+/// the oldest live watch are dropped; a hole in the middle (a directory gone while older
+/// ones stay) keeps its word. The refs' few watches are a set of their own.
+#[derive(Default)]
+struct ByWd {
+    /// The descriptor of `dirs[0]`.
+    base: usize,
+    dirs: VecDeque<Option<SharedPath>>,
+    refs: FastSet<i32>,
+}
+
+impl ByWd {
+    fn get(&self, wd: i32) -> Option<Watched> {
+        if self.refs.contains(&wd) {
+            return Some(Watched::Refs);
+        }
+        let at = usize::try_from(wd).ok()?.checked_sub(self.base)?;
+        let dir = self.dirs.get(at)?.as_ref()?;
+        Some(Watched::Backing(dir.clone()))
+    }
+
+    fn insert_refs(&mut self, wd: i32) {
+        self.refs.insert(wd);
+    }
+
+    fn insert_dir(&mut self, wd: i32, dir: SharedPath) {
+        let Ok(wd) = usize::try_from(wd) else {
+            return;
+        };
+        if self.dirs.is_empty() {
+            self.base = wd;
+        }
+        // Before the run (the kernel wrapped): open room at the front.
+        while wd < self.base {
+            self.dirs.push_front(None);
+            self.base -= 1;
+        }
+        let at = wd - self.base;
+        if at >= self.dirs.len() {
+            self.dirs.resize(at + 1, None);
+        }
+        self.dirs[at] = Some(dir);
+    }
+
+    fn remove(&mut self, wd: i32) {
+        if self.refs.remove(&wd) {
+            return;
+        }
+        let Some(at) = usize::try_from(wd)
+            .ok()
+            .and_then(|wd| wd.checked_sub(self.base))
+        else {
+            return;
+        };
+        if let Some(slot) = self.dirs.get_mut(at) {
+            *slot = None;
+        }
+        while let Some(None) = self.dirs.front() {
+            self.dirs.pop_front();
+            self.base += 1;
+        }
+        while let Some(None) = self.dirs.back() {
+            self.dirs.pop_back();
+        }
+    }
+}
+
 pub struct Watcher {
     inotify: Inotify,
     repo: PathBuf,
-    wds: Mutex<FastMap<i32, Watched>>,
-    backing: Mutex<FastMap<SharedPath, i32>>,
+    wds: Mutex<ByWd>,
+    /// The backing directories watched, by path.
+    backing: Mutex<FastSet<SharedPath>>,
     /// Whether the watch limit has been reported: it is said once, not once per directory
     /// past it (a workspace over the limit has tens of thousands of them).
     limit_told: AtomicBool,
@@ -90,8 +162,8 @@ impl Watcher {
         let w = Self {
             inotify: Inotify::new(false)?,
             repo: repo_dir.to_path_buf(),
-            wds: Mutex::new(FastMap::default()),
-            backing: Mutex::new(FastMap::default()),
+            wds: Mutex::new(ByWd::default()),
+            backing: Mutex::new(FastSet::default()),
             limit_told: AtomicBool::new(false),
         };
         w.watch_refs();
@@ -106,7 +178,7 @@ impl Watcher {
         for place in ref_places(&self.repo) {
             // `packed-refs` is no directory: the repository directory's watch covers it.
             if let Ok(wd) = self.inotify.add(&place, REFS_MASK) {
-                wds.insert(wd, Watched::Refs);
+                wds.insert_refs(wd);
             }
         }
     }
@@ -115,7 +187,7 @@ impl Watcher {
     /// (so answers about its entries may be cached for long); false when it could not be
     /// (the watch limit, or the directory is gone), and the caller must not cache long.
     pub fn watch_backing(&self, backing: &Backing, rel: &SharedPath) -> bool {
-        if self.backing.lock().contains_key(rel) {
+        if self.backing.lock().contains(rel) {
             return true;
         }
         let fd = match backing.open_path(&rel.to_path()) {
@@ -129,7 +201,7 @@ impl Watcher {
     /// is open on (resolved beneath the root: the listing `rel` was found in), reached
     /// from it in one call instead of a walk from the root.
     pub fn watch_entry(&self, parent: &impl AsRawFd, rel: &SharedPath) -> bool {
-        if self.backing.lock().contains_key(rel) {
+        if self.backing.lock().contains(rel) {
             return true;
         }
         match self.inotify.add_in(parent, rel.file_name(), DIR_MASK) {
@@ -143,8 +215,8 @@ impl Watcher {
     fn added(&self, rel: &SharedPath, added: io::Result<i32>) -> bool {
         match added {
             Ok(wd) => {
-                self.wds.lock().insert(wd, Watched::Backing(rel.clone()));
-                self.backing.lock().insert(rel.clone(), wd);
+                self.wds.lock().insert_dir(wd, rel.clone());
+                self.backing.lock().insert(rel.clone());
                 true
             }
             Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
@@ -176,7 +248,7 @@ impl Watcher {
 
     /// Whether backing directory `rel` is watched.
     pub fn is_watched(&self, rel: &SharedPath) -> bool {
-        self.backing.lock().contains_key(rel)
+        self.backing.lock().contains(rel)
     }
 
     /// Blocks until events arrive and returns what they mean.
@@ -189,7 +261,7 @@ impl Watcher {
                 out.push(Change::Overflow);
                 return;
             }
-            let watched = self.wds.lock().get(&ev.wd).cloned();
+            let watched = self.wds.lock().get(ev.wd);
             match watched {
                 Some(Watched::Refs) => refs = true,
                 Some(Watched::Backing(dir)) => {
@@ -216,11 +288,8 @@ impl Watcher {
     }
 
     fn forget(&self, wd: i32, dir: &SharedPath) {
-        self.wds.lock().remove(&wd);
-        let mut backing = self.backing.lock();
-        if backing.get(dir) == Some(&wd) {
-            backing.remove(dir);
-        }
+        self.wds.lock().remove(wd);
+        self.backing.lock().remove(dir);
     }
 }
 
@@ -231,6 +300,49 @@ mod tests {
 
     fn sp(s: &str) -> SharedPath {
         SharedPath::new(Path::new(s))
+    }
+
+    fn dir_of(t: &ByWd, wd: i32) -> Option<PathBuf> {
+        match t.get(wd)? {
+            Watched::Backing(p) => Some(p.to_path()),
+            Watched::Refs => None,
+        }
+    }
+
+    #[test]
+    fn watches_by_descriptor_are_a_run_of_slots_trimmed_at_both_ends() {
+        let mut t = ByWd::default();
+        t.insert_refs(1);
+        for wd in 2..=6 {
+            t.insert_dir(wd, sp(&format!("steps/{wd}")));
+        }
+        assert!(matches!(t.get(1), Some(Watched::Refs)));
+        assert_eq!(dir_of(&t, 4), Some(PathBuf::from("steps/4")));
+        assert!(t.get(7).is_none() && t.get(0).is_none() && t.get(-1).is_none());
+        assert_eq!((t.base, t.dirs.len()), (2, 5));
+        // A hole in the middle keeps its slot; the oldest going drops the front.
+        t.remove(4);
+        assert!(t.get(4).is_none());
+        assert_eq!(t.dirs.len(), 5);
+        t.remove(2);
+        t.remove(3);
+        assert_eq!(
+            (t.base, t.dirs.len()),
+            (5, 2),
+            "2, 3 and the hole at 4 went"
+        );
+        assert_eq!(dir_of(&t, 5), Some(PathBuf::from("steps/5")));
+        t.remove(6);
+        assert_eq!(t.dirs.len(), 1, "the back is trimmed too");
+        // After the kernel wraps, a descriptor before the run still has its slot.
+        t.insert_dir(3, sp("steps/again"));
+        assert_eq!(dir_of(&t, 3), Some(PathBuf::from("steps/again")));
+        assert_eq!(dir_of(&t, 5), Some(PathBuf::from("steps/5")));
+        t.remove(1);
+        assert!(t.get(1).is_none(), "the refs' watch went");
+        t.remove(3);
+        t.remove(5);
+        assert!(t.dirs.is_empty());
     }
     use crate::workspace::refs::Flavour;
 
