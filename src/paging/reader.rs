@@ -334,6 +334,10 @@ pub struct PageCache {
     interval: u64,
     lru: Mutex<Lru>,
     recent: Mutex<std::collections::VecDeque<RecentPage>>,
+    /// The message of the last refusal, which the next refusal with the same text
+    /// shares: a refusal names no file, so a run of captures refused for one reason (a
+    /// harness of another shape wrote them all) costs one message, not one each.
+    last_refusal: Mutex<Option<Arc<str>>>,
 }
 
 impl PageCache {
@@ -351,6 +355,7 @@ impl PageCache {
             interval: interval.max(1),
             lru: Mutex::new(Lru::default()),
             recent: Mutex::new(Default::default()),
+            last_refusal: Mutex::new(None),
         }
     }
 
@@ -398,7 +403,7 @@ impl PageCache {
             .lru
             .lock()
             .get_or_insert_with(key, CELL_BYTES, Cell::default);
-        let outcome = cell.get_or_init(|| Outcome::of(file, self.interval));
+        let outcome = cell.get_or_init(|| self.shared(Outcome::of(file, self.interval)));
         {
             let mut lru = self.lru.lock();
             // Unless the entry was evicted or replaced meanwhile; an I/O failure is
@@ -414,6 +419,32 @@ impl PageCache {
             lru.evict(self.budget);
         }
         outcome.clone()
+    }
+
+    /// Whether the refusals kept for `a` and `b` are one message.
+    #[cfg(test)]
+    pub(crate) fn one_refusal(&self, a: &CaptureKey, b: &CaptureKey) -> bool {
+        let lru = self.lru.lock();
+        let reason = |k| match lru.peek(k).and_then(|c| c.get()) {
+            Some(Outcome::Unreadable(r)) => Some(Arc::clone(r)),
+            _ => None,
+        };
+        matches!((reason(a), reason(b)), (Some(x), Some(y)) if Arc::ptr_eq(&x, &y))
+    }
+
+    /// `outcome`, a refusal sharing the last refusal's message when the text is the same.
+    fn shared(&self, outcome: Outcome) -> Outcome {
+        let Outcome::Unreadable(reason) = outcome else {
+            return outcome;
+        };
+        let mut last = self.last_refusal.lock();
+        match &*last {
+            Some(known) if **known == *reason => Outcome::Unreadable(Arc::clone(known)),
+            _ => {
+                *last = Some(Arc::clone(&reason));
+                Outcome::Unreadable(reason)
+            }
+        }
     }
 
     fn stream(index: &RecordIndex, stream: Stream) -> &StreamIndex {

@@ -479,3 +479,38 @@ fn a_small_capture_costs_its_slot_alone_and_reads_the_same() {
         &long.as_bytes()[990..]
     );
 }
+
+#[test]
+fn captures_refused_for_one_reason_share_its_message() {
+    let cache = PageCache::new(1 << 20);
+    let same = [capture(b"{\"stdout\": 1}"), capture(b"{\"stdout\": 1}")];
+    let other = capture(b"[]");
+    for (i, c) in same.iter().enumerate() {
+        assert!(
+            cache
+                .stream_len(&c.file, key(i as u64), Stream::Stdout)
+                .is_err()
+        );
+    }
+    assert!(
+        cache
+            .stream_len(&other.file, key(9), Stream::Stdout)
+            .is_err()
+    );
+    assert!(cache.one_refusal(&key(0), &key(1)));
+    assert!(
+        !cache.one_refusal(&key(0), &key(9)),
+        "another reason, another message"
+    );
+    // Each is still refused with its own text.
+    let Err(PageError::Unreadable { reason, .. }) =
+        cache.stream_len(&other.file, key(9), Stream::Stderr)
+    else {
+        panic!("refused");
+    };
+    assert_eq!(
+        Err(reason),
+        super::reference(b"[]").map(|_| ()),
+        "litany's own message"
+    );
+}
