@@ -112,7 +112,7 @@ fn agent(
                 let after = from.map_or(0, |f| f.saturating_add(1));
                 if after < new_latest.number {
                     for (n, dir) in a.steps.range(after..new_latest.number) {
-                        let s = scanner.step(id, *n, dir);
+                        let s = scanner.step(id, *n, &dir.get(*n));
                         step(id, None, &s, false, a.running, at, out);
                     }
                 }

@@ -89,7 +89,7 @@ pub fn reconstruct(m0: &Model, scanner: &mut Scanner, max: usize) -> Vec<Event> 
             let s = match latest {
                 Some(l) => &**l,
                 None => {
-                    read = scanner.step(id, *n, dir);
+                    read = scanner.step(id, *n, &dir.get(*n));
                     &read
                 }
             };

@@ -26,7 +26,7 @@ use crate::FastMap;
 use crate::workspace::backing::{Backing, Stat};
 use crate::workspace::inbox::pending_sender;
 use crate::workspace::refs::{GitEntry, Refs};
-use crate::workspace::steps::{META_FILE, RESPONSE_FILE, step_number};
+use crate::workspace::steps::{META_FILE, RESPONSE_FILE, step_dir_name, step_number};
 use crate::workspace::{INBOX_DIR, STEPS_DIR};
 
 /// A step's tool records directory, and the files of one tool record (CONTRACT §4.2).
@@ -94,7 +94,32 @@ pub struct Agent {
 /// An agent's numbered step directories: number → name on disk. Shared between the
 /// scanner's cache and every model made from it while `steps/<id>` is unchanged (a large
 /// workspace has tens of thousands of steps, and a model is copied at each look).
-pub type StepList = Arc<BTreeMap<u64, String>>;
+pub type StepList = Arc<BTreeMap<u64, StepName>>;
+
+/// A step directory's name, kept only when it is not the one litany gives its number
+/// ([`step_dir_name`]; `7` for `007` is one such): nearly every step's name is the
+/// number, and a large workspace's lists hold tens of thousands of them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StepName(Option<Box<str>>);
+
+impl StepName {
+    /// Step `n`'s directory, named `name` on disk.
+    pub fn of(n: u64, name: String) -> Self {
+        if name == step_dir_name(n) {
+            StepName(None)
+        } else {
+            StepName(Some(name.into_boxed_str()))
+        }
+    }
+
+    /// The name on disk of step `n`'s directory.
+    pub fn get(&self, n: u64) -> std::borrow::Cow<'_, str> {
+        match &self.0 {
+            Some(name) => std::borrow::Cow::Borrowed(name),
+            None => std::borrow::Cow::Owned(step_dir_name(n)),
+        }
+    }
+}
 
 /// An inbox's pending deposits, by (file name, mtime in ns).
 pub type Inbox = BTreeMap<(String, i128), Pending>;
@@ -482,7 +507,7 @@ impl Scanner {
                     s.clone()
                 }
                 _ => {
-                    let s = Arc::new(self.step(id, *n, dir));
+                    let s = Arc::new(self.step(id, *n, &dir.get(*n)));
                     let all_out = s.tools.values().all(|t| t.output.is_some());
                     if all_out {
                         self.settled
@@ -587,7 +612,8 @@ impl Scanner {
             .filter(|(_, st)| st.is_dir())
             .filter_map(|(n, _)| {
                 let n = n.into_string().ok()?;
-                Some((step_number(n.as_bytes())?, n))
+                let number = step_number(n.as_bytes())?;
+                Some((number, StepName::of(number, n)))
             })
             .collect::<BTreeMap<_, _>>()
             .into();
@@ -897,6 +923,24 @@ fn read_output(backing: &Backing, rel: &Path, size: u64) -> Result<Output, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_name_is_kept_only_when_it_is_not_the_number_as_litany_writes_it() {
+        for (n, name, kept) in [
+            (7, "007", false),
+            (1000, "1000", false),
+            (7, "7", true),
+            (7, "0007", true),
+        ] {
+            let s = StepName::of(n, name.to_string());
+            assert_eq!(s.0.is_some(), kept, "{name}");
+            assert_eq!(s.get(n), name);
+        }
+        assert_eq!(
+            std::mem::size_of::<StepName>(),
+            2 * std::mem::size_of::<usize>()
+        );
+    }
     use crate::fixture::Fixture;
     use crate::workspace::refs::Flavour;
 

@@ -21,6 +21,12 @@ pub fn step_number(name: &[u8]) -> Option<u64> {
     std::str::from_utf8(name).ok()?.parse().ok()
 }
 
+/// The name litany gives step `n`'s directory: the number, three digits at least
+/// (CONTRACT §4.1, `{:03}`).
+pub fn step_dir_name(n: u64) -> String {
+    format!("{n:03}")
+}
+
 /// True for a name under `steps/` that the view hides: the harness's temp files.
 pub fn is_harness_temp(name: &[u8]) -> bool {
     name.ends_with(HARNESS_TEMP_SUFFIX.as_bytes())
