@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use git2::{Oid, Repository, Signature};
 
 use crate::workspace::refs::{Flavour, NAME_FILE, agent_ref};
+use crate::workspace::steps::step_dir_name;
 use crate::workspace::{INBOX_DIR, REPO_DIR, STEPS_DIR};
 
 pub type Result<T> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
@@ -149,7 +150,10 @@ impl Fixture {
 
     /// `steps/<id>/<NNN>/`, formatted as the harness does.
     pub fn step_dir(&self, id: &str, n: u32) -> PathBuf {
-        self.root.join(STEPS_DIR).join(id).join(format!("{n:03}"))
+        self.root
+            .join(STEPS_DIR)
+            .join(id)
+            .join(step_dir_name(u64::from(n)))
     }
 
     /// Writes step record files under `steps/<id>/<NNN>/` (paths may contain `/`).

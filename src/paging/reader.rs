@@ -287,18 +287,21 @@ impl Outcome {
         }
     }
 
-    fn index(&self) -> Result<Arc<RecordIndex>, PageError> {
+    /// `stream`'s index: a kept index's own, or, for a bare outcome, one made of its two
+    /// numbers (no checkpoint, so nothing is allocated).
+    fn stream(&self, stream: Stream) -> Result<StreamOf, PageError> {
+        let at = match stream {
+            Stream::Stdout => 0,
+            Stream::Stderr => 1,
+        };
         match self {
-            Outcome::Indexed(index) => Ok(Arc::clone(index)),
-            Outcome::Bare([(out_len, out_start), (err_len, err_start)]) => {
-                let bare = |len: &u64, start: &u64| StreamIndex {
-                    len: *len,
-                    start: *start,
+            Outcome::Indexed(index) => Ok(StreamOf::Kept(Arc::clone(index), stream)),
+            Outcome::Bare(spans) => {
+                let (len, start) = spans[at];
+                Ok(StreamOf::Bare(StreamIndex {
+                    len,
+                    start,
                     checkpoints: Vec::new(),
-                };
-                Ok(Arc::new(RecordIndex {
-                    stdout: bare(out_len, out_start),
-                    stderr: bare(err_len, err_start),
                 }))
             }
             Outcome::Unreadable(reason) => Err(PageError::Unreadable {
@@ -309,6 +312,24 @@ impl Outcome {
                 Some(code) => io::Error::from_raw_os_error(*code),
                 None => io::Error::new(*kind, text.to_string()),
             })),
+        }
+    }
+}
+
+/// One stream's index, as an [`Outcome`] answers it.
+enum StreamOf {
+    Kept(Arc<RecordIndex>, Stream),
+    Bare(StreamIndex),
+}
+
+impl std::ops::Deref for StreamOf {
+    type Target = StreamIndex;
+
+    fn deref(&self) -> &StreamIndex {
+        match self {
+            StreamOf::Kept(index, Stream::Stdout) => &index.stdout,
+            StreamOf::Kept(index, Stream::Stderr) => &index.stderr,
+            StreamOf::Bare(stream) => stream,
         }
     }
 }
@@ -392,11 +413,6 @@ impl PageCache {
         self.lru.lock().remove(key);
     }
 
-    /// The index for `key`, built from `file` on first use.
-    fn index(&self, file: &File, key: CaptureKey) -> Result<Arc<RecordIndex>, PageError> {
-        self.outcome(file, key).index()
-    }
-
     /// What the one pass over `file` concluded for `key`, made on first use.
     fn outcome(&self, file: &File, key: CaptureKey) -> Outcome {
         let cell = self
@@ -447,13 +463,6 @@ impl PageCache {
         }
     }
 
-    fn stream(index: &RecordIndex, stream: Stream) -> &StreamIndex {
-        match stream {
-            Stream::Stdout => &index.stdout,
-            Stream::Stderr => &index.stderr,
-        }
-    }
-
     /// The length in bytes of `stream`'s string in the capture.
     pub fn stream_len(
         &self,
@@ -461,16 +470,7 @@ impl PageCache {
         key: CaptureKey,
         stream: Stream,
     ) -> Result<u64, PageError> {
-        match self.outcome(file, key) {
-            Outcome::Bare([(out, _), (err, _)]) => Ok(match stream {
-                Stream::Stdout => out,
-                Stream::Stderr => err,
-            }),
-            other => {
-                let index = other.index()?;
-                Ok(Self::stream(&index, stream).len)
-            }
-        }
+        Ok(self.outcome(file, key).stream(stream)?.len)
     }
 
     /// Bytes `[offset, offset + len)` of `stream`, cut short at its end.
@@ -483,8 +483,8 @@ impl PageCache {
         offset: u64,
         len: u64,
     ) -> Result<Vec<u8>, PageError> {
-        let index = self.index(file, key)?;
-        self.range(file, key, Self::stream(&index, stream), offset, len)
+        let stream = self.outcome(file, key).stream(stream)?;
+        self.range(file, key, &stream, offset, len)
     }
 
     /// A range from a kept index. If the file no longer matches the
@@ -510,10 +510,10 @@ impl PageCache {
     /// and [`PageError::PastEnd`] beyond it. An
     /// [`PageError::Unreadable`] names the address's relative record path.
     pub fn page(&self, file: &File, key: CaptureKey, address: &Address) -> Result<Page, PageError> {
-        let index = self
-            .index(file, key)
+        let stream = self
+            .outcome(file, key)
+            .stream(address.stream)
             .map_err(|e| e.with_record(Path::new(&address.record.to_string())))?;
-        let stream = Self::stream(&index, address.stream);
         let total = stream.len;
         if address.offset > total {
             return Err(PageError::PastEnd {
@@ -522,7 +522,7 @@ impl PageCache {
                 total,
             });
         }
-        let bytes = self.range(file, key, stream, address.offset, PAGE_BYTES)?;
+        let bytes = self.range(file, key, &stream, address.offset, PAGE_BYTES)?;
         let end = address.offset + bytes.len() as u64;
         Ok(Page {
             banner: banner(address, end, total),

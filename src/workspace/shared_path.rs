@@ -91,17 +91,12 @@ impl SharedPath {
 
     /// The whole path, made afresh.
     pub fn to_path(&self) -> PathBuf {
-        let len: usize = std::iter::successors(Some(self), |p| p.parent())
-            .map(|p| p.file_name().len() + 1)
-            .sum();
-        let mut names: Vec<&OsStr> = std::iter::successors(Some(self), |p| p.parent())
+        // One walk up the chain, leaf first; the path is built root first from it.
+        let names: Vec<&OsStr> = std::iter::successors(Some(self), |p| p.parent())
             .map(|p| p.file_name())
             .collect();
-        names.reverse();
-        let mut path = PathBuf::with_capacity(len);
-        for name in names {
-            path.push(name);
-        }
+        let mut path = PathBuf::with_capacity(names.iter().map(|n| n.len() + 1).sum());
+        path.extend(names.iter().rev());
         path
     }
 }
