@@ -170,6 +170,40 @@ pub(crate) trait Sink {
     fn escaped(&mut self, bytes: &[u8], end: u64) -> bool;
 }
 
+/// How many leading bytes of `bytes` a string copies unchanged: the run before
+/// the first quote, backslash or control byte. This is the scanner's inner loop
+/// (every byte of every capture passes through it), so it looks at eight bytes
+/// at a time: a word holds a stop byte exactly when one of the three masks below
+/// has a high bit set, and the lowest such bit is the first stop byte, since a
+/// borrow only runs toward higher bytes.
+pub(crate) fn plain_run(bytes: &[u8]) -> usize {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    const QUOTES: u64 = u64::from_ne_bytes([b'"'; 8]);
+    const BACKSLASHES: u64 = u64::from_ne_bytes([b'\\'; 8]);
+    const CONTROLS: u64 = u64::from_ne_bytes([0x20; 8]);
+    let zero_in = |w: u64| w.wrapping_sub(ONES) & !w & HIGHS;
+    let mut words = bytes.chunks_exact(8);
+    let mut at = 0;
+    for chunk in words.by_ref() {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word);
+        let stops = zero_in(w ^ QUOTES)
+            | zero_in(w ^ BACKSLASHES)
+            | (w.wrapping_sub(CONTROLS) & !w & HIGHS);
+        if stops != 0 {
+            return at + (stops.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    at + words
+        .remainder()
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .unwrap_or(words.remainder().len())
+}
+
 /// Throws the bytes away (strings that are only validated).
 struct Discard;
 
@@ -574,10 +608,7 @@ impl<'f> Parser<'f> {
             }
             let at = self.src.index();
             let run = self.src.buffered();
-            let n = run
-                .iter()
-                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-                .unwrap_or(run.len());
+            let n = plain_run(run);
             if n > 0 {
                 let bytes = &run[..n];
                 if check_utf8 {
@@ -624,10 +655,7 @@ impl<'f> Parser<'f> {
                 return Err(self.error(EOF_STRING));
             }
             let run = self.src.buffered();
-            let n = run
-                .iter()
-                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-                .unwrap_or(run.len());
+            let n = plain_run(run);
             if n > 0 {
                 self.src.advance(n);
                 continue;

@@ -11,7 +11,7 @@
 //! against the real binary in [`super::litany`].
 
 use super::{Rng, ToolOutputRecord, capture, mixed_text, reference};
-use crate::paging::scan::{ScanError, read_range, scan};
+use crate::paging::scan::{ScanError, plain_run, read_range, scan};
 use std::fs::File;
 
 /// What the scan makes of `bytes`: both decoded streams, or the message.
@@ -541,4 +541,41 @@ fn checkpoints_sit_on_token_boundaries() {
     // "xyz" = 14..17 raw 22..25; 😀 = 17..21 raw 25..37; "!" = 21..22.
     assert_eq!(decoded, vec![(4, 4), (8, 8), (12, 16), (16, 24), (21, 37)]);
     assert_eq!(index.stdout.len, 22);
+}
+
+#[test]
+fn a_plain_run_stops_at_the_first_quote_backslash_or_control_byte() {
+    let naive = |b: &[u8]| {
+        b.iter()
+            .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+            .unwrap_or(b.len())
+    };
+    // Every byte value alone, at every place in a word and its tail, behind plain bytes,
+    // and behind bytes a borrow could misreport (0x80..0xff, 0x21, 0x5d).
+    for stop in 0..=255u8 {
+        for fill in [b'a', 0xff, 0x80, 0x21, 0x5d, 0x23] {
+            for at in 0..20 {
+                let mut bytes = [fill; 20];
+                bytes[at] = stop;
+                for len in 0..=bytes.len() {
+                    assert_eq!(
+                        plain_run(&bytes[..len]),
+                        naive(&bytes[..len]),
+                        "stop {stop:#x} at {at} in {len} bytes of {fill:#x}"
+                    );
+                }
+            }
+        }
+    }
+    let mut rng = Rng::new(0x5eed);
+    for _ in 0..20_000 {
+        let len = rng.below(40);
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| match rng.below(4) {
+                0 => rng.pick(&[b'"', b'\\', 0x00, 0x1f, 0x20, 0x7f, 0x80, 0xc3]),
+                _ => rng.next() as u8,
+            })
+            .collect();
+        assert_eq!(plain_run(&bytes), naive(&bytes), "{bytes:?}");
+    }
 }
