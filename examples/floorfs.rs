@@ -5,8 +5,12 @@
 //! litanyfs uses (readdirplus, no `opendir`, long TTLs, the same thread count), doing no
 //! work per request beyond the reply. Files created in it accept writes that are thrown
 //! away, so a deposit's sequence of requests (lookup, create, ioctl, write, flush,
-//! release) can be timed too. A walk or a deposit through it costs only the FUSE round
-//! trips; litanyfs's own share is the difference.
+//! release) can be timed too. A name with a `#...@N` suffix is a page: a 4 KiB file
+//! answered from a buffer of zeros, opened as litanyfs opens a page, whose
+//! `user.litany.next` names the page after it ([`FLOOR_STREAM_BYTES`] long in all), so a
+//! page's requests (lookup, open, ioctl, read, release) and a whole `next` chain can be
+//! timed too. A walk, a deposit or a page through it costs only the FUSE round trips;
+//! litanyfs's own share is the difference.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::MetadataExt;
@@ -16,12 +20,21 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, IoctlFlags, KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyCreate,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyWrite, Request,
-    Session, WriteFlags,
+    ReplyData, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyWrite,
+    ReplyXattr, Request, Session, WriteFlags,
 };
 use parking_lot::Mutex;
 
 const TTL: Duration = Duration::from_secs(3600);
+/// What litanyfs trusts a page's entry for (`tree::SHORT_TTL`).
+const PAGE_TTL: Duration = litanyfs::tree::SHORT_TTL;
+/// A page's bytes, as litanyfs pages (`paging::PAGE_BYTES`).
+const PAGE: usize = litanyfs::paging::PAGE_BYTES as usize;
+static ZEROS: [u8; PAGE] = [0; PAGE];
+/// The length of the stream the floor's pages slice: the bench's 50 MiB capture.
+const FLOOR_STREAM_BYTES: u64 = 50 << 20;
+/// Page inodes are this plus the page's offset.
+const PAGE_INO: u64 = 1 << 48;
 
 struct Entry {
     name: OsString,
@@ -100,6 +113,20 @@ impl Floor {
         }
     }
 
+    /// The page named `name` (`<anything>#<stream>@<offset>`), as an inode number.
+    fn page_ino(name: &OsStr) -> Option<u64> {
+        let (_, at) = name.to_str()?.rsplit_once('@')?;
+        let offset: u64 = at.parse().ok()?;
+        (offset < FLOOR_STREAM_BYTES).then_some(PAGE_INO + offset)
+    }
+
+    fn page_attr(&self, ino: u64) -> FileAttr {
+        let mut a = self.scratch(ino);
+        a.size = PAGE as u64;
+        a.blocks = 8;
+        a
+    }
+
     /// A file created by a writer: not listed, never stored.
     fn scratch(&self, ino: u64) -> FileAttr {
         let e = Entry {
@@ -134,13 +161,53 @@ impl Filesystem for Floor {
                 &self.attr(c + 1, &self.nodes[c as usize]),
                 Generation(0),
             ),
-            None => reply.error(Errno::ENOENT),
+            None => match Self::page_ino(name) {
+                Some(ino) => reply.entry(&PAGE_TTL, &self.page_attr(ino), Generation(0)),
+                None => reply.error(Errno::ENOENT),
+            },
+        }
+    }
+
+    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.opened(FileHandle(0), FopenFlags::FOPEN_NOFLUSH);
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let from = (offset as usize).min(PAGE);
+        reply.data(&ZEROS[from..(from + size as usize).min(PAGE)]);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let next = ino.0.checked_sub(PAGE_INO).map(|o| o + PAGE as u64);
+        let value = match next {
+            Some(n) if name == "user.litany.next" && n < FLOOR_STREAM_BYTES => {
+                format!("output.json#stdout@{n}")
+            }
+            _ => return reply.error(Errno::ENODATA),
+        };
+        if size == 0 {
+            reply.size(value.len() as u32);
+        } else if (size as usize) < value.len() {
+            reply.error(Errno::ERANGE);
+        } else {
+            reply.data(value.as_bytes());
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.entry(ino) {
             Some(e) => reply.attr(&TTL, &self.attr(ino.0, e)),
+            None if ino.0 >= PAGE_INO => reply.attr(&PAGE_TTL, &self.page_attr(ino.0)),
             None => reply.attr(&Duration::ZERO, &self.scratch(ino.0)),
         }
     }

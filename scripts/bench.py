@@ -530,10 +530,11 @@ def bench_paging(tmp):
             return f.read(4096)
 
     first, _ = timed(page, 0)
-    lat = []
+    # A page and a plain read in turn, so that both see the machine in the same mood.
+    lat, plain_lat = [], []
     for off in offsets:
         lat.append(timed(page, off)[0])
-    plain_lat = [timed(plain_read, off)[0] for off in offsets]
+        plain_lat.append(timed(plain_read, off)[0])
     page_us = statistics.median(lat) * 1e6
     plain_us = statistics.median(plain_lat) * 1e6
     row("page latency via mount, us (median of 300)", round(page_us, 1), round(plain_us, 1), round(page_us / plain_us, 2), lambda r: r <= 1.5, " us", f"anchor: 4 KiB read of a plain file through the mount; first page (parse) {round(first * 1000)} ms")
@@ -569,6 +570,29 @@ def bench_paging(tmp):
     rss = peak_rss_mib(pid) if pid else None
     row("daemon peak RSS after paging 50 MB", rss, 100, None if rss is None else round(rss / 100, 2), lambda r: r is not None and r <= 1.0, " MiB")
     unmount(mnt)
+    # The same pages through the FUSE floor: a page's requests (lookup, open, the ioctl
+    # of Python's isatty, read, release) and a chain's getxattr, answered from memory.
+    fmnt = tmp / "page-floor"
+    mount_floor(ws, fmnt)
+    try:
+        fpage = [timed(lambda o: (fmnt / f"{rel}#stdout@{o}").read_bytes(), off)[0] for off in offsets]
+        t = time.perf_counter()
+        p, fpages = fmnt / f"{rel}#stdout@0", 0
+        while p:
+            with open(p, "rb") as f:
+                f.read()
+            try:
+                p = p.parent / os.getxattr(p, "user.litany.next").decode()
+            except OSError:
+                p = None
+            fpages += 1
+        fwhole = time.perf_counter() - t
+    finally:
+        unmount_floor(fmnt)
+    floor_us = statistics.median(fpage) * 1e6
+    row("FUSE floor: the same pages through floorfs, us (median of 300)", round(floor_us, 1), round(page_us, 1), round(page_us / floor_us, 2), None, " us", f"ratio: litanyfs / floor; the floor / a 4 KiB read: {round(floor_us / plain_us, 2)}")
+    per_page = fwhole / fpages
+    row(f"FUSE floor: a next chain through floorfs ({fpages} pages), s", round(per_page * pages, 2), round(whole, 2), round(whole / (per_page * pages), 2), None, " s", f"scaled to {pages} pages; ratio: litanyfs / floor; the floor / cat: {round(per_page * pages / cat_t, 1)}x")
 
 
 def bench_deposits(tmp):
