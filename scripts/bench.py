@@ -348,7 +348,7 @@ def bench_walk(tmp):
         same, cross = pingpong((0, 0)), pingpong((0, 1))
         row("wakeup round trip between two processes on different CPUs / on one CPU (pipe ping-pong), us", round(cross * 1e6, 1), round(same * 1e6, 1), round(cross / same, 1), None, " us", "what a FUSE round trip costs when the server thread and the caller sit on different CPUs")
     row("cold walk: litanyfs / FUSE floor", round(cold / floor, 2), 1, round(cold / floor, 2), lambda r: r <= 1.15, "x", "litanyfs's own share of the cold walk (#15: at most 1.15)")
-    WALK64.update(cold=cold / nat, warm=None, entries=shown)
+    WALK64.update(cold=cold / nat, warm=None, entries=shown, own=cold / floor, floor=floor / nat)
     gnat = statistics.median(grep(native) for _ in range(3))
     # The first grep reads every record through the daemon; the next ones may find the
     # pages still in the kernel's cache (nothing changed in between).
@@ -441,6 +441,11 @@ def scale_mounted(tmp, ws, mnt, native, nat, shown, agents, limit_was, dirs):
     unmount_floor(fmnt)
     ref = lambda k: "" if not WALK64.get(k) else f"; at 64k: {round(WALK64[k], 2)}x"
     row(f"scale: cold walk of {shown} entries, s", round(cold, 2), round(nat, 2), round(cold / nat, 2), None, " s", f"FUSE floor {round(floor, 2)} s ({round(floor / nat, 2)}x){ref('cold')}")
+    if WALK64.get("own"):
+        # The ratio to native grows with the workspace for any FUSE server here (the
+        # floor's own does); litanyfs's share is its ratio to the floor at each size.
+        own, own64 = cold / floor, WALK64["own"]
+        row("scale: cold walk, litanyfs / FUSE floor, against the same at 64k", round(own, 2), round(own64, 2), round(own / own64, 2), lambda r: r <= 1.1, "x", f"the floor's ratio to native: {round(floor / nat, 2)}x here, {round(WALK64['floor'], 2)}x at 64k (#15: within 10%)")
     row("scale: warm walk, s", round(warm, 2), round(nat, 2), round(warm / nat, 2), None, " s", ref("warm").lstrip("; "))
     gnat, gmnt = grep(native), grep(mnt / "steps")
     row("scale: grep -r over every record, entries cached, first read, s", round(gmnt, 2), round(gnat, 2), round(gmnt / gnat, 1), None, " s", ref("grep").lstrip("; "))
