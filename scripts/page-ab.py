@@ -32,7 +32,8 @@ def main():
         aid = bench.make_workspace(WS, 1, 1)[0]
         bench.make_capture(WS, aid, 50)
         (WS / "steps" / aid / "001" / "plain.bin").write_bytes(os.urandom(64 << 20))
-    record = next((WS / "steps").glob("*/001/tools/*/output.json")).relative_to(WS)
+    # make_capture's record, not the workspace's small one beside it.
+    record = next((WS / "steps").glob("*/001/tools/toolu_big/output.json")).relative_to(WS)
     plain = next((WS / "steps").glob("*/001/plain.bin")).relative_to(WS)
     MNT.mkdir(parents=True, exist_ok=True)
     for r in range(int(os.environ.get("ROUNDS", "5"))):
