@@ -1,5 +1,6 @@
 //! Times deposits through the engine alone, without FUSE: the engine's share of a
-//! deposit through the mount (`cargo run --release --example depositbench`).
+//! deposit through the mount (`cargo run --release --example depositbench [N]`, N
+//! deposits into one inbox nobody drains for each of three settings, 300 by default).
 
 use std::time::{Duration, Instant};
 
@@ -9,6 +10,10 @@ use litanyfs::workspace::Workspace;
 use litanyfs::workspace::refs::Flavour;
 
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let n: u32 = std::env::args()
+        .nth(1)
+        .map_or(Ok(300), |a| a.parse())
+        .map_err(|e| format!("usage: depositbench [N]: {e}"))?;
     let t = tempfile_dir()?;
     let f = Fixture::create(&t.join("ws"), Flavour::Litany)?;
     f.agent("a1", None, &[])?;
@@ -32,7 +37,6 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         }
         let dep = Depositor::new(&ws, opts)?;
         std::thread::sleep(Duration::from_millis(50));
-        let n = 300;
         let mut inside = Duration::ZERO;
         for i in 0..n {
             let start = Instant::now();

@@ -55,7 +55,7 @@
 //! re-deposited (erring towards a duplicate rather than a loss); ours unlinked and the
 //! name empty was deleted.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -76,7 +76,7 @@ use super::validate::agent_exists;
 use crate::inotify::{EVENT_BUFFER, Inotify};
 use crate::workspace::REPO_DIR;
 use crate::workspace::backing::{cvt, fstat};
-use crate::workspace::inbox::next_sequence;
+use crate::workspace::inbox::InboxNames;
 
 /// How long a deposit stays protected if it is neither delivered nor deleted.
 pub const DEFAULT_GUARD_WINDOW: Duration = Duration::from_secs(120);
@@ -177,7 +177,7 @@ struct Watch {
     /// then kept by the events (`None` until first needed, and after an overflow). It
     /// spares each deposit a listing of the inbox to find its number; it is exactly as
     /// current as a listing taken at the drain point (module docs, point 2).
-    names: Option<HashSet<String>>,
+    names: Option<InboxNames>,
 }
 
 /// Where a record is in its name's event stream (module docs, points 2–3).
@@ -414,17 +414,15 @@ impl Shared {
         let wd = self.watch(st, &dir, recipient);
         let view = wd.and_then(|wd| st.watches.get_mut(&wd)).and_then(|w| {
             if w.names.is_none() {
-                w.names = dir.names().ok().map(HashSet::from_iter);
+                w.names = dir.names().ok().map(InboxNames::from_iter);
             }
             w.names.as_mut()
         });
-        let first = view
-            .as_ref()
-            .and_then(|names| next_sequence(names.iter().map(String::as_str), sender));
+        let first = view.as_ref().and_then(|names| names.next_sequence(sender));
         let spare = self.spares.get().and_then(|s| s.take());
         let (published, file) = dir.publish(&body, sender, first, spare)?;
         if let Some(names) = view {
-            names.insert(published.name.clone());
+            names.insert(&published.name);
         }
         drop(dir);
         match (wd, file) {
@@ -709,7 +707,7 @@ fn note_name(w: &mut Watch, mask: u32, name: &[u8]) {
         return;
     };
     if mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 {
-        names.insert(name.to_string());
+        names.insert(name);
     } else if mask & (libc::IN_DELETE | libc::IN_MOVED_FROM) != 0 {
         names.remove(name);
     }

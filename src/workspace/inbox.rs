@@ -5,6 +5,8 @@
 //! accepts `+1`), because the view must show precisely the files a drain would take and
 //! the deposit engine must pick precisely the number `litany message` would.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
+
 /// The extension of every deposit.
 pub const MESSAGE_EXT: &str = "md";
 /// Minimum width of the sequence number (`user-001.md`; `user-1000.md` after 999).
@@ -32,12 +34,16 @@ pub fn pending_sender(name: &str) -> Option<&str> {
 /// The sequence number of `name` if it is one of `sender`'s deposits
 /// (`<sender>-<u32>.md`), as litany's `next_sequence` reads it.
 pub fn sequence_of(name: &str, sender: &str) -> Option<u32> {
-    let mid = name
-        .strip_prefix(sender)?
-        .strip_prefix('-')?
-        .strip_suffix(MESSAGE_EXT)?
-        .strip_suffix('.')?;
-    mid.parse::<u32>().ok()
+    split_sequence(name).and_then(|(s, n)| (s == sender).then_some(n))
+}
+
+/// `name` as `(sender, sequence)` when it is `<sender>-<u32>.md`: the one sender for
+/// which [`sequence_of`] answers. A `u32` has no hyphen, so that sender is everything
+/// before the last one (`p1-abc-009.md` is `p1-abc`'s 9th).
+pub fn split_sequence(name: &str) -> Option<(&str, u32)> {
+    let stem = name.strip_suffix(MESSAGE_EXT)?.strip_suffix('.')?;
+    let (sender, seq) = stem.rsplit_once('-')?;
+    Some((sender, seq.parse::<u32>().ok()?))
 }
 
 /// The next sequence for `sender` given the names in its inbox: one past the largest of
@@ -51,6 +57,74 @@ pub fn next_sequence<'a>(names: impl IntoIterator<Item = &'a str>, sender: &str)
     {
         None => Some(FIRST_SEQ),
         Some(max) => max.checked_add(1),
+    }
+}
+
+/// The names in an inbox, with each sender's sequence numbers kept in order beside them,
+/// so that [`InboxNames::next_sequence`] answers as [`next_sequence`] over every name
+/// would without looking at each: an inbox nobody drains may hold thousands.
+#[derive(Debug, Default, Clone)]
+pub struct InboxNames {
+    names: HashSet<String>,
+    /// Per sender, how many of `names` carry each number (`a-1.md` and `a-001.md` are
+    /// both its first).
+    sequences: HashMap<String, BTreeMap<u32, u32>>,
+}
+
+impl InboxNames {
+    /// Adds `name`; nothing if it is there already.
+    pub fn insert(&mut self, name: &str) {
+        if self.names.contains(name) {
+            return;
+        }
+        if let Some((sender, n)) = split_sequence(name) {
+            *self
+                .sequences
+                .entry(sender.to_string())
+                .or_default()
+                .entry(n)
+                .or_default() += 1;
+        }
+        self.names.insert(name.to_string());
+    }
+
+    /// Removes `name`; nothing if it is not there.
+    pub fn remove(&mut self, name: &str) {
+        if !self.names.remove(name) {
+            return;
+        }
+        let Some((sender, n)) = split_sequence(name) else {
+            return;
+        };
+        if let Some(numbers) = self.sequences.get_mut(sender) {
+            if let Some(count) = numbers.get_mut(&n) {
+                *count -= 1;
+                if *count == 0 {
+                    numbers.remove(&n);
+                }
+            }
+            if numbers.is_empty() {
+                self.sequences.remove(sender);
+            }
+        }
+    }
+
+    /// [`next_sequence`] over these names.
+    pub fn next_sequence(&self, sender: &str) -> Option<u32> {
+        match self.sequences.get(sender).and_then(|n| n.last_key_value()) {
+            None => Some(FIRST_SEQ),
+            Some((max, _)) => max.checked_add(1),
+        }
+    }
+}
+
+impl<S: AsRef<str>> FromIterator<S> for InboxNames {
+    fn from_iter<I: IntoIterator<Item = S>>(names: I) -> Self {
+        let mut out = InboxNames::default();
+        for name in names {
+            out.insert(name.as_ref());
+        }
+        out
     }
 }
 
@@ -106,5 +180,66 @@ mod tests {
         assert_eq!(next_sequence(names, "p1-abc"), Some(10));
         assert_eq!(next_sequence(names, "other"), Some(FIRST_SEQ));
         assert_eq!(next_sequence(["u-4294967295.md"], "u"), None);
+    }
+
+    #[test]
+    fn the_kept_names_number_as_the_whole_list_does() {
+        // Names that look alike to the grammar: padded and unpadded numbers, `+`,
+        // hyphenated senders, a sender that is another's prefix, the largest u32, and
+        // names that are not deposits at all.
+        let pool = [
+            "user-001.md",
+            "user-1.md",
+            "user-+1.md",
+            "user-007.md",
+            "user-x.md",
+            "user-.md",
+            "user-0.md",
+            "p1-002.md",
+            "p1-abc-009.md",
+            "p1-abc-9.md",
+            "p1-abc-010.md",
+            "-3.md",
+            "u-4294967295.md",
+            "u-4294967294.md",
+            ".user-004.md",
+            "user-005.md.tmp",
+            "user-006",
+            "a.md-1.md",
+            "user-1000.md",
+        ];
+        let senders = ["user", "p1", "p1-abc", "u", "", "a.md", "other"];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut kept = InboxNames::default();
+        let mut all: HashSet<&str> = HashSet::new();
+        for step in 0..5000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let name = pool[(seed % pool.len() as u64) as usize];
+            // Inserts and removes repeat on purpose: a name seen twice counts once.
+            if (seed >> 32).is_multiple_of(3) {
+                kept.remove(name);
+                all.remove(name);
+            } else {
+                kept.insert(name);
+                all.insert(name);
+            }
+            for sender in senders {
+                assert_eq!(
+                    kept.next_sequence(sender),
+                    next_sequence(all.iter().copied(), sender),
+                    "{sender} after step {step}: {all:?}"
+                );
+            }
+        }
+        let listed: InboxNames = pool.iter().collect();
+        for sender in senders {
+            assert_eq!(
+                listed.next_sequence(sender),
+                next_sequence(pool, sender),
+                "{sender}"
+            );
+        }
     }
 }
