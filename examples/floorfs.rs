@@ -5,7 +5,7 @@
 //! litanyfs uses (readdirplus, no `opendir`, long TTLs, the same thread count), doing no
 //! work per request beyond the reply. Files created in it accept writes that are thrown
 //! away, so a deposit's sequence of requests (lookup, create, ioctl, write, flush,
-//! release) can be timed too. A name with a `#...@N` suffix is a page: a 4 KiB file
+//! release) can be timed too. A page name (`output.json#stdout@N`) is a page: a 4 KiB file
 //! answered from a buffer of zeros, opened as litanyfs opens a page, whose
 //! `user.litany.next` names the page after it ([`FLOOR_STREAM_BYTES`] long in all), so a
 //! page's requests (lookup, open, ioctl, read, release) and a whole `next` chain can be
@@ -23,6 +23,8 @@ use fuser::{
     ReplyData, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyWrite,
     ReplyXattr, Request, Session, WriteFlags,
 };
+use litanyfs::paging::{PageName, Stream};
+use litanyfs::tree::XATTR_NEXT;
 use parking_lot::Mutex;
 
 const TTL: Duration = Duration::from_secs(3600);
@@ -113,11 +115,12 @@ impl Floor {
         }
     }
 
-    /// The page named `name` (`<anything>#<stream>@<offset>`), as an inode number.
+    /// The page named `name` (`output.json#stdout@<offset>`, litanyfs's grammar), as an
+    /// inode number.
     fn page_ino(name: &OsStr) -> Option<u64> {
-        let (_, at) = name.to_str()?.rsplit_once('@')?;
-        let offset: u64 = at.parse().ok()?;
-        (offset < FLOOR_STREAM_BYTES).then_some(PAGE_INO + offset)
+        let page = PageName::parse(name.to_str()?)?;
+        (page.stream == Stream::Stdout && page.offset < FLOOR_STREAM_BYTES)
+            .then_some(PAGE_INO + page.offset)
     }
 
     fn page_attr(&self, ino: u64) -> FileAttr {
@@ -190,9 +193,11 @@ impl Filesystem for Floor {
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let next = ino.0.checked_sub(PAGE_INO).map(|o| o + PAGE as u64);
         let value = match next {
-            Some(n) if name == "user.litany.next" && n < FLOOR_STREAM_BYTES => {
-                format!("output.json#stdout@{n}")
+            Some(offset) if name == XATTR_NEXT && offset < FLOOR_STREAM_BYTES => PageName {
+                stream: Stream::Stdout,
+                offset,
             }
+            .to_string(),
             _ => return reply.error(Errno::ENODATA),
         };
         if size == 0 {
