@@ -50,21 +50,29 @@ pub fn split_sequence(name: &str) -> Option<(&str, u32)> {
 /// its deposits, or [`FIRST_SEQ`]. `None` when the largest is `u32::MAX` (litany would
 /// overflow there; litanyfs refuses instead).
 pub fn next_sequence<'a>(names: impl IntoIterator<Item = &'a str>, sender: &str) -> Option<u32> {
-    match names
-        .into_iter()
-        .filter_map(|n| sequence_of(n, sender))
-        .max()
-    {
+    after(
+        names
+            .into_iter()
+            .filter_map(|n| sequence_of(n, sender))
+            .max(),
+    )
+}
+
+/// The number after a sender's largest, `max` (none yet: [`FIRST_SEQ`]).
+fn after(max: Option<u32>) -> Option<u32> {
+    match max {
         None => Some(FIRST_SEQ),
         Some(max) => max.checked_add(1),
     }
 }
 
-/// The names in an inbox, with each sender's sequence numbers kept in order beside them,
+/// The numbered names in an inbox, with each sender's numbers kept in order beside them,
 /// so that [`InboxNames::next_sequence`] answers as [`next_sequence`] over every name
-/// would without looking at each: an inbox nobody drains may hold thousands.
+/// would without looking at each: an inbox nobody drains may hold thousands. Names no
+/// sender's number comes from are not kept.
 #[derive(Debug, Default, Clone)]
 pub struct InboxNames {
+    /// The names counted, so that an event seen twice counts once.
     names: HashSet<String>,
     /// Per sender, how many of `names` carry each number (`a-1.md` and `a-001.md` are
     /// both its first).
@@ -72,30 +80,30 @@ pub struct InboxNames {
 }
 
 impl InboxNames {
-    /// Adds `name`; nothing if it is there already.
+    /// Adds `name`; nothing if it is there already or carries no number.
     pub fn insert(&mut self, name: &str) {
-        if self.names.contains(name) {
+        let Some((sender, n)) = split_sequence(name) else {
+            return;
+        };
+        if !self.names.insert(name.to_string()) {
             return;
         }
-        if let Some((sender, n)) = split_sequence(name) {
-            *self
-                .sequences
-                .entry(sender.to_string())
-                .or_default()
-                .entry(n)
-                .or_default() += 1;
-        }
-        self.names.insert(name.to_string());
+        *self
+            .sequences
+            .entry(sender.to_string())
+            .or_default()
+            .entry(n)
+            .or_default() += 1;
     }
 
     /// Removes `name`; nothing if it is not there.
     pub fn remove(&mut self, name: &str) {
-        if !self.names.remove(name) {
-            return;
-        }
         let Some((sender, n)) = split_sequence(name) else {
             return;
         };
+        if !self.names.remove(name) {
+            return;
+        }
         if let Some(numbers) = self.sequences.get_mut(sender) {
             if let Some(count) = numbers.get_mut(&n) {
                 *count -= 1;
@@ -111,10 +119,12 @@ impl InboxNames {
 
     /// [`next_sequence`] over these names.
     pub fn next_sequence(&self, sender: &str) -> Option<u32> {
-        match self.sequences.get(sender).and_then(|n| n.last_key_value()) {
-            None => Some(FIRST_SEQ),
-            Some((max, _)) => max.checked_add(1),
-        }
+        after(
+            self.sequences
+                .get(sender)
+                .and_then(|n| n.last_key_value())
+                .map(|(max, _)| *max),
+        )
     }
 }
 
