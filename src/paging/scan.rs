@@ -200,8 +200,13 @@ pub(crate) fn plain_run(bytes: &[u8]) -> usize {
     at + words
         .remainder()
         .iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .position(|&b| ends_a_run(b))
         .unwrap_or(words.remainder().len())
+}
+
+/// Whether a string's plain run stops at byte `b`: a quote, a backslash or a control byte.
+fn ends_a_run(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20
 }
 
 /// Throws the bytes away (strings that are only validated).
