@@ -396,6 +396,55 @@ fn changes_show_up_live() {
     assert!(eventually(LIVE, || !m.path("names/Beta").exists()));
 }
 
+/// `latest` and `transcript.md` are kept by the kernel as long as watched records are,
+/// so what changes them must reach it: a new step moves `latest` and its times with its
+/// directory's, a moved branch grows `transcript.md`, a deleted one takes it away.
+#[test]
+fn latest_and_transcript_md_follow_their_changes() {
+    let w = workspace(Flavour::Litany);
+    std::fs::create_dir_all(w.f.root().join("steps").join(B)).unwrap();
+    let m = Mounted::new(w.f.root());
+    let f = &w.f;
+    let latest = m.path(&format!("steps/{A}/latest"));
+    let transcript = m.path(&format!("steps/{A}/transcript.md"));
+    let theirs = m.path(&format!("steps/{B}/transcript.md"));
+    // Listed and looked at, so the kernel holds all three.
+    ls(&m.path(&format!("steps/{A}")));
+    let before = std::fs::symlink_metadata(&latest).unwrap();
+    let text = std::fs::read_to_string(&transcript).unwrap();
+    assert!(theirs.exists());
+    std::thread::sleep(Duration::from_millis(20));
+    f.step(A, 2, &[("request.json", b"{}")]).unwrap();
+    let disk = f.root().join("steps").join(A);
+    // Its times first: a readlink would make the kernel ask for them anyway.
+    assert!(
+        eventually(LIVE, || {
+            let (seen, want) = (
+                std::fs::symlink_metadata(&latest).unwrap(),
+                std::fs::metadata(&disk).unwrap(),
+            );
+            (seen.mtime(), seen.mtime_nsec()) == (want.mtime(), want.mtime_nsec())
+        }),
+        "latest kept the times of {before:?}"
+    );
+    assert_eq!(std::fs::read_link(&latest).unwrap(), Path::new("002"));
+    f.agent(A, Some("Alpha"), &[("messages/002-user.md", b"second\n")])
+        .unwrap();
+    // Its size first: a read would make the kernel ask for it anyway.
+    assert!(eventually(LIVE, || std::fs::metadata(&transcript)
+        .unwrap()
+        .len()
+        > text.len() as u64));
+    let now = std::fs::read_to_string(&transcript).unwrap();
+    assert!(now.contains("second"), "{now}");
+    assert_eq!(
+        std::fs::metadata(&transcript).unwrap().len(),
+        now.len() as u64
+    );
+    f.delete_agent(B).unwrap();
+    assert!(eventually(LIVE, || std::fs::symlink_metadata(&theirs).is_err()));
+}
+
 #[test]
 fn tail_follows_a_growing_record() {
     let w = workspace(Flavour::Litany);

@@ -529,7 +529,7 @@ impl Tree {
     pub fn ttl(&self, node: &Node, attr: &Attr) -> Duration {
         let b = match node {
             Node::Backing(b) => b,
-            Node::Record(v) => return self.record_ttl(v).unwrap_or(SHORT_TTL),
+            Node::Record(v) => return self.record_ttl(v),
             // A snapshot per open, a log that grows: the kernel keeps nothing.
             Node::View(_) => return NO_TTL,
             _ => return SHORT_TTL,

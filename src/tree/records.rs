@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use super::node::{Backed, Place, RecordView};
 use super::{Attr, Child, Content, EAGER_STREAMS_BYTES, ErrorKind, Kind, NO_TTL, Node, Tree};
-use super::{TreeError, WATCHED_TTL, system_time};
+use super::{SHORT_TTL, TreeError, WATCHED_TTL, system_time};
 use crate::paging::CaptureKey;
 use crate::workspace::STEPS_DIR;
 use crate::workspace::backing::Stat;
@@ -53,16 +53,21 @@ pub(super) fn child(dir: &Backed, place: &Place, name: &OsStr) -> Option<RecordV
 }
 
 /// The record view whose content derives from backing entry `name` of `dir`, for
-/// invalidating it when that entry changes.
+/// invalidating it when that entry changes: a step's `response.md` from its
+/// `response.json` and `meta.json`, an agent's `latest` from every entry of its
+/// `steps/<id>/` (its target is the highest step, its times the directory's).
 pub fn derived_from(dir: &Path, name: &OsStr) -> Option<Node> {
-    let Place::Step { .. } = Place::of(dir) else {
-        return None;
-    };
-    (name == RESPONSE_FILE || name == META_FILE).then(|| {
-        Node::record(RecordView::Response {
-            step: Backed::new(dir),
-        })
-    })
+    match Place::of(dir) {
+        Place::Step { .. } => (name == RESPONSE_FILE || name == META_FILE).then(|| {
+            Node::record(RecordView::Response {
+                step: Backed::new(dir),
+            })
+        }),
+        Place::AgentSteps { agent } => Some(Node::record(RecordView::Latest {
+            agent: agent.to_string(),
+        })),
+        _ => None,
+    }
 }
 
 /// The agent and step of a `response.md`'s step directory (always a step directory, as
@@ -212,16 +217,37 @@ impl Tree {
         Ok(a)
     }
 
-    /// How long the kernel may keep a record view's attributes: a response that may
-    /// still grow not at all (`tail -f` polls its size), a finished one as long as its
-    /// step directory is watched (a change to its `response.json` is invalidated as it
-    /// happens, [`derived_from`]).
-    pub(super) fn record_ttl(&self, v: &RecordView) -> Option<Duration> {
-        let RecordView::Response { step } = v else {
-            return None;
-        };
-        let done = self.backing.lstat(&step.rel().join(META_FILE)).is_ok();
-        Some(self.response_ttl(step, done))
+    /// How long the kernel may keep a record view's name and attributes: a response that
+    /// may still grow not at all (`tail -f` polls its size), a finished one as long as
+    /// its step directory is watched (a change to its `response.json` is invalidated as
+    /// it happens, [`derived_from`]); `latest` and `transcript.md` as long as what they
+    /// derive from is watched, else briefly.
+    pub(super) fn record_ttl(&self, v: &RecordView) -> Duration {
+        match v {
+            RecordView::Response { step } => {
+                let done = self.backing.lstat(&step.rel().join(META_FILE)).is_ok();
+                self.response_ttl(step, done)
+            }
+            // Its target and times change with the entries of `steps/<id>/` only, which
+            // its watch reports ([`derived_from`]).
+            RecordView::Latest { agent } => {
+                let dir = Backed::new(Path::new(STEPS_DIR).join(agent));
+                if self.watched(dir.shared()) {
+                    WATCHED_TTL
+                } else {
+                    SHORT_TTL
+                }
+            }
+            // It changes only when the branch moves, which the refs' watch reports
+            // ([`Tree::refs_changed`]).
+            RecordView::Transcript { .. } => {
+                if self.refs.is_watched() {
+                    WATCHED_TTL
+                } else {
+                    SHORT_TTL
+                }
+            }
+        }
     }
 
     fn response_ttl(&self, dir: &Backed, done: bool) -> Duration {
@@ -308,11 +334,17 @@ impl Tree {
                     out.push(child);
                 }
                 if named(out, TRANSCRIPT_MD).is_none() {
-                    let node = Node::record(RecordView::Transcript {
+                    let view = RecordView::Transcript {
                         agent: agent.to_string(),
-                    });
+                    };
+                    let ttl = self.record_ttl(&view);
+                    let node = Node::record(view);
                     match self.getattr(&node) {
-                        Ok(attr) => out.push(Child::new(TRANSCRIPT_MD, node, attr)),
+                        Ok(attr) => {
+                            let mut child = Child::new(TRANSCRIPT_MD, node, attr);
+                            child.ttl = ttl;
+                            out.push(child);
+                        }
                         Err(e) => log::debug!("{}: not listed: {e}", node.path()),
                     }
                 }
@@ -360,16 +392,20 @@ impl Tree {
             .1
             .to_str()?
             .to_string();
-        let node = Node::record(RecordView::Latest {
+        let view = RecordView::Latest {
             agent: agent.to_string(),
-        });
+        };
+        let ttl = self.record_ttl(&view);
+        let node = Node::record(view);
         let dir = Backed::new(Path::new(STEPS_DIR).join(agent));
         let dir_attr = self
             .backing_getattr(&Node::Backing(dir.clone()), &dir)
             .map_err(|e| log::debug!("{}: not listed: {e}", node.path()))
             .ok()?;
         let attr = self.latest_attr(&node, &step, &dir_attr);
-        Some(Child::new(LATEST, node, attr))
+        let mut child = Child::new(LATEST, node, attr);
+        child.ttl = ttl;
+        Some(child)
     }
 
     fn latest_attr(&self, node: &Node, step: &str, dir: &Attr) -> Attr {

@@ -405,6 +405,42 @@ fn response_md_renders_the_record_and_grows_with_it() {
     assert!(confined.getattr(&node).is_err());
 }
 
+/// `latest` and `transcript.md` are kept long only when a watch reports what changes
+/// them: the agent's step directory for `latest` (whose every entry invalidates it,
+/// `derived_from`), the refs for `transcript.md`.
+#[test]
+fn latest_and_transcript_md_are_kept_long_only_when_watched() {
+    let (_t, _f, tree) = setup(Flavour::Litany);
+    let ttls = |tree: &Tree| -> Vec<(String, Duration)> {
+        let (dir, _) = resolve(tree, &format!("steps/{A}")).unwrap();
+        let mut v: Vec<_> = tree
+            .list(&dir)
+            .unwrap()
+            .into_iter()
+            .filter(|c| c.name == LATEST || c.name == TRANSCRIPT_MD)
+            .map(|c| (c.name.to_string_lossy().into_owned(), c.ttl))
+            .collect();
+        v.sort();
+        v
+    };
+    let both = |ttl| vec![(LATEST.to_string(), ttl), (TRANSCRIPT_MD.to_string(), ttl)];
+    assert_eq!(ttls(&tree), both(SHORT_TTL));
+    let tree = tree.watching();
+    assert_eq!(ttls(&tree), both(WATCHED_TTL));
+    for name in [LATEST, TRANSCRIPT_MD] {
+        let (node, attr) = resolve(&tree, &format!("steps/{A}/{name}")).unwrap();
+        assert_eq!(tree.ttl(&node, &attr), WATCHED_TTL, "{name}");
+    }
+    let dir = format!("steps/{A}");
+    for entry in ["002", "driver.log"] {
+        assert_eq!(
+            derived_from(Path::new(&dir), OsStr::new(entry)),
+            Some(Node::record(RecordView::Latest { agent: A.into() })),
+            "{entry}"
+        );
+    }
+}
+
 #[test]
 fn transcript_md_is_the_conversation_at_the_tip() {
     let (_t, _f, tree) = setup(Flavour::Litany);

@@ -348,6 +348,11 @@ impl Refs {
         self.watched.store(watched, Ordering::Relaxed);
     }
 
+    /// Whether a watch invalidates the refs on every change (see [`Refs::set_watched`]).
+    pub fn is_watched(&self) -> bool {
+        self.watched.load(Ordering::Relaxed)
+    }
+
     /// Stat of every place a ref update touches ([`ref_places`]), but the repository
     /// directory itself, which changes with every temp file the harness makes there
     /// (`packed-refs` stands for it).
