@@ -8,6 +8,7 @@
 //! examined with `AT_SYMLINK_NOFOLLOW`, so a symlink is reported as one, never as its
 //! target.
 
+use std::cell::RefCell;
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
 use std::io;
@@ -267,12 +268,31 @@ const LIST_BUFFER: usize = 32 * 1024;
 const DIRENT_RECLEN_AT: usize = 16;
 const DIRENT_NAME_AT: usize = 19;
 
-/// The name of the `linux_dirent64` at `*at` in `buf`, advancing `*at` past it; `None`
-/// at the end of the buffer (or at a record the kernel could not have written).
+thread_local! {
+    /// Each thread's `getdents64` buffer, kept from one listing to the next: a fresh one
+    /// is 32 KiB to allocate and zero (a CPU's whole L1 data cache) for every directory.
+    static LIST_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
 /// Calls `f` with each name in directory `fd` but `.` and `..`, read with `getdents64`
 /// on the descriptor itself (`fdopendir` would add an `fstat` and two `fcntl`s).
 pub(crate) fn for_each_name(fd: &impl AsRawFd, mut f: impl FnMut(&CStr)) -> io::Result<()> {
-    let mut buf = vec![0u8; LIST_BUFFER];
+    let kept = LIST_BUF.try_with(|cell| {
+        let mut buf = cell.try_borrow_mut().ok()?;
+        if buf.len() < LIST_BUFFER {
+            buf.resize(LIST_BUFFER, 0);
+        }
+        Some(each_name(fd, &mut buf, &mut f))
+    });
+    match kept {
+        Ok(Some(r)) => r,
+        // A listing from within a listing's `f`, or a thread being torn down: a buffer
+        // of its own.
+        _ => each_name(fd, &mut vec![0u8; LIST_BUFFER], &mut f),
+    }
+}
+
+fn each_name(fd: &impl AsRawFd, buf: &mut [u8], f: &mut impl FnMut(&CStr)) -> io::Result<()> {
     loop {
         // SAFETY: a valid directory descriptor and a writable buffer of that length.
         let n = unsafe {
@@ -299,6 +319,8 @@ pub(crate) fn for_each_name(fd: &impl AsRawFd, mut f: impl FnMut(&CStr)) -> io::
     }
 }
 
+/// The name of the `linux_dirent64` at `*at` in `buf`, advancing `*at` past it; `None`
+/// at the end of the buffer (or at a record the kernel could not have written).
 fn dirent_name<'a>(buf: &'a [u8], at: &mut usize) -> Option<&'a CStr> {
     let rec = buf.get(*at..)?;
     let reclen = u16::from_ne_bytes([*rec.get(DIRENT_RECLEN_AT)?, *rec.get(DIRENT_RECLEN_AT + 1)?]);
@@ -369,6 +391,31 @@ mod tests {
             Some(libc::EXDEV)
         );
         assert!(open("").is_ok(), "the directory itself");
+    }
+
+    /// A listing started from within another's callback gets a buffer of its own: the
+    /// thread's kept one is in use, and neither listing loses a name.
+    #[test]
+    fn a_listing_inside_a_listing_sees_both_whole() {
+        let t = tempfile::tempdir().unwrap();
+        for d in ["a", "b"] {
+            for i in 0..50 {
+                std::fs::create_dir_all(t.path().join(d).join(format!("{d}{i}"))).unwrap();
+            }
+        }
+        let open = |d: &str| File::open(t.path().join(d)).unwrap();
+        let (a, b) = (open("a"), open("b"));
+        let (mut outer, mut inner) = (Vec::new(), Vec::new());
+        for_each_name(&a, |n| {
+            outer.push(n.to_owned());
+            if outer.len() == 1 {
+                for_each_name(&b, |m| inner.push(m.to_owned())).unwrap();
+            }
+        })
+        .unwrap();
+        assert_eq!((outer.len(), inner.len()), (50, 50));
+        assert!(outer.iter().all(|n| n.to_bytes().starts_with(b"a")));
+        assert!(inner.iter().all(|n| n.to_bytes().starts_with(b"b")));
     }
 
     /// A listing larger than one `getdents64` buffer comes whole, with each entry's own
