@@ -143,6 +143,12 @@ pub const SHORT_TTL: Duration = Duration::from_millis(250);
 /// What it may not keep at all: a size not known yet, or a file that grows by itself.
 pub const NO_TTL: Duration = Duration::ZERO;
 
+/// How long an answer may be kept when `watched` says whether every change to what it
+/// derives from is reported: [`WATCHED_TTL`], else [`SHORT_TTL`].
+fn kept_while(watched: bool) -> Duration {
+    if watched { WATCHED_TTL } else { SHORT_TTL }
+}
+
 /// The smallest watched backing file the kernel reads straight from the disk
 /// (passthrough); a smaller one is read through the daemon once and then kept in the
 /// kernel's cache across opens. Passthrough costs each open and release a registration
@@ -541,11 +547,7 @@ impl Tree {
         }
         let rel = b.shared();
         let parent_watched = rel.parent().is_some_and(|p| self.watched(p));
-        if parent_watched && (attr.kind != Kind::Dir || self.watched(rel)) {
-            WATCHED_TTL
-        } else {
-            SHORT_TTL
-        }
+        kept_while(parent_watched && (attr.kind != Kind::Dir || self.watched(rel)))
     }
 
     /// The node `name` would be in `parent`, without checking that it exists.

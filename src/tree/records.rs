@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use super::node::{Backed, Place, RecordView};
 use super::{Attr, Child, Content, EAGER_STREAMS_BYTES, ErrorKind, Kind, NO_TTL, Node, Tree};
-use super::{SHORT_TTL, TreeError, WATCHED_TTL, system_time};
+use super::{TreeError, WATCHED_TTL, kept_while, system_time};
 use crate::paging::CaptureKey;
 use crate::workspace::STEPS_DIR;
 use crate::workspace::backing::Stat;
@@ -81,6 +81,11 @@ fn step_dir(agent: &str, step: &str) -> PathBuf {
     Path::new(STEPS_DIR).join(agent).join(step)
 }
 
+/// An agent's `steps/<id>/`, where its `latest` and `transcript.md` are listed.
+fn agent_steps(agent: &str) -> Backed {
+    Backed::new(Path::new(STEPS_DIR).join(agent))
+}
+
 /// An open `response.json`: what a `response.md` is rendered from.
 struct Response {
     file: File,
@@ -129,7 +134,7 @@ impl Tree {
     /// The highest-numbered step directory of `agent`, with the attributes of the agent's
     /// directory; `None` when it has none.
     fn latest_step(&self, agent: &str) -> Result<Option<(String, Attr)>, TreeError> {
-        let dir = Backed::new(Path::new(STEPS_DIR).join(agent));
+        let dir = agent_steps(agent);
         let node = Node::Backing(dir.clone());
         let dir_attr = self.backing_getattr(&node, &dir)?;
         let entries = self
@@ -230,23 +235,10 @@ impl Tree {
             }
             // Its target and times change with the entries of `steps/<id>/` only, which
             // its watch reports ([`derived_from`]).
-            RecordView::Latest { agent } => {
-                let dir = Backed::new(Path::new(STEPS_DIR).join(agent));
-                if self.watched(dir.shared()) {
-                    WATCHED_TTL
-                } else {
-                    SHORT_TTL
-                }
-            }
+            RecordView::Latest { agent } => kept_while(self.watched(agent_steps(agent).shared())),
             // It changes only when the branch moves, which the refs' watch reports
             // ([`Tree::refs_changed`]).
-            RecordView::Transcript { .. } => {
-                if self.refs.is_watched() {
-                    WATCHED_TTL
-                } else {
-                    SHORT_TTL
-                }
-            }
+            RecordView::Transcript { .. } => kept_while(self.refs.is_watched()),
         }
     }
 
@@ -329,22 +321,16 @@ impl Tree {
         match place {
             Place::AgentSteps { agent } => {
                 if named(out, LATEST).is_none()
-                    && let Some(child) = self.listed_latest(out, agent)
+                    && let Some(child) = self.listed_latest(out, dir, agent)
                 {
                     out.push(child);
                 }
                 if named(out, TRANSCRIPT_MD).is_none() {
-                    let view = RecordView::Transcript {
+                    let node = Node::record(RecordView::Transcript {
                         agent: agent.to_string(),
-                    };
-                    let ttl = self.record_ttl(&view);
-                    let node = Node::record(view);
+                    });
                     match self.getattr(&node) {
-                        Ok(attr) => {
-                            let mut child = Child::new(TRANSCRIPT_MD, node, attr);
-                            child.ttl = ttl;
-                            out.push(child);
-                        }
+                        Ok(attr) => out.push(self.kept_child(TRANSCRIPT_MD, node, attr)),
                         Err(e) => log::debug!("{}: not listed: {e}", node.path()),
                     }
                 }
@@ -382,8 +368,8 @@ impl Tree {
         }
     }
 
-    /// `latest` in the listing `out` of an agent's step directories.
-    fn listed_latest(&self, out: &[Child], agent: &str) -> Option<Child> {
+    /// `latest` in the listing `out` of an agent's step directories, `dir`.
+    fn listed_latest(&self, out: &[Child], dir: &Backed, agent: &str) -> Option<Child> {
         let step = out
             .iter()
             .filter(|c| c.attr.kind == Kind::Dir)
@@ -392,20 +378,23 @@ impl Tree {
             .1
             .to_str()?
             .to_string();
-        let view = RecordView::Latest {
+        let node = Node::record(RecordView::Latest {
             agent: agent.to_string(),
-        };
-        let ttl = self.record_ttl(&view);
-        let node = Node::record(view);
-        let dir = Backed::new(Path::new(STEPS_DIR).join(agent));
+        });
         let dir_attr = self
-            .backing_getattr(&Node::Backing(dir.clone()), &dir)
+            .backing_getattr(&Node::Backing(dir.clone()), dir)
             .map_err(|e| log::debug!("{}: not listed: {e}", node.path()))
             .ok()?;
         let attr = self.latest_attr(&node, &step, &dir_attr);
-        let mut child = Child::new(LATEST, node, attr);
+        Some(self.kept_child(LATEST, node, attr))
+    }
+
+    /// A listed record view, kept as long as [`Tree::ttl`] allows.
+    fn kept_child(&self, name: &str, node: Node, attr: Attr) -> Child {
+        let ttl = self.ttl(&node, &attr);
+        let mut child = Child::new(name, node, attr);
         child.ttl = ttl;
-        Some(child)
+        child
     }
 
     fn latest_attr(&self, node: &Node, step: &str, dir: &Attr) -> Attr {

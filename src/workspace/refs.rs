@@ -271,7 +271,7 @@ impl Refs {
 
     /// The current snapshot, rebuilt when the refs changed since the last one.
     pub fn snapshot(&self) -> Result<Arc<Snapshot>, GitError> {
-        let watched = self.watched.load(Ordering::Relaxed);
+        let watched = self.is_watched();
         // With a watch on the refs, every change invalidates, and the fingerprint is only
         // a check on the watch once the snapshot is SNAPSHOT_MAX_AGE old.
         if watched
