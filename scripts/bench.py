@@ -234,6 +234,24 @@ def grep(root):
     return time.perf_counter() - t
 
 
+def alternate(specs, ws, mnt, measure):
+    """Side-by-side runs for the A/B scripts: each round (ROUNDS, 5 by default) mounts
+    each spec (`BIN[+FLAG...]`: a litanyfs binary and its mount flags) over `ws` at `mnt`
+    in turn, calls `measure(round)`, and unmounts even when it fails; yields
+    `(round, spec, result)`."""
+    mnt.mkdir(parents=True, exist_ok=True)
+    for r in range(int(os.environ.get("ROUNDS", "5"))):
+        for spec in specs:
+            binary, *flags = spec.split("+")
+            subprocess.run([binary, "mount", str(ws), str(mnt), *flags], check=True, capture_output=True)
+            try:
+                result = measure(r)
+            finally:
+                subprocess.run([binary, "unmount", str(mnt)], check=False)
+                time.sleep(0.5)
+            yield r, spec, result
+
+
 def timed(f, *a):
     t = time.perf_counter()
     r = f(*a)

@@ -11,8 +11,6 @@ unmounts. The first grep reads through the daemon, the next ones may be served f
 page cache. The workspace is made once under /tmp/litanyfs-grep-ab and kept.
 """
 
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,21 +27,15 @@ def main():
         sys.exit(__doc__)
     if not WS.exists():
         bench.make_workspace(WS, 200, 40)
-    MNT.mkdir(parents=True, exist_ok=True)
-    for r in range(int(os.environ.get("ROUNDS", "5"))):
-        for spec in sys.argv[1:]:
-            binary, *flags = spec.split("+")
-            subprocess.run([binary, "mount", str(WS), str(MNT), *flags], check=True, capture_output=True)
-            try:
-                t = time.perf_counter()
-                bench.walk(MNT / "steps")
-                w = time.perf_counter() - t
-                g = [bench.grep(MNT / "steps") for _ in range(3)]
-                n = bench.grep(WS / "steps")
-            finally:
-                subprocess.run([binary, "unmount", str(MNT)], check=False)
-                time.sleep(0.5)
-            print(f"round {r} {spec}: walk {w:.2f} s, grep {' '.join(f'{x:.2f}' for x in g)} s, native {n:.2f} s (third / native {g[2] / n:.1f}x)", flush=True)
+
+    def measure(_round):
+        t = time.perf_counter()
+        bench.walk(MNT / "steps")
+        w = time.perf_counter() - t
+        return w, [bench.grep(MNT / "steps") for _ in range(3)], bench.grep(WS / "steps")
+
+    for r, spec, (w, g, n) in bench.alternate(sys.argv[1:], WS, MNT, measure):
+        print(f"round {r} {spec}: walk {w:.2f} s, grep {' '.join(f'{x:.2f}' for x in g)} s, native {n:.2f} s (third / native {g[2] / n:.1f}x)", flush=True)
 
 
 if __name__ == "__main__":

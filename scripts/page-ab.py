@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Pages side by side: the bench's paging figures for two or more binaries, alternated.
 
-    python3 scripts/page-ab.py BIN BIN ...   (ROUNDS=5 by default)
+    python3 scripts/page-ab.py BIN[+FLAG...] BIN[+FLAG...] ...   (ROUNDS=5 by default)
 
 Each round mounts each binary in turn over one 50 MB capture (the bench's), reads 300
 pages at random offsets, each followed by a 4 KiB read of a plain 64 MiB file (the anchor), then
@@ -13,7 +13,6 @@ workspace is made once under /tmp/litanyfs-page-ab and kept.
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,45 +34,41 @@ def main():
     # make_capture's record, not the workspace's small one beside it.
     record = next((WS / "steps").glob("*/001/tools/toolu_big/output.json")).relative_to(WS)
     plain = next((WS / "steps").glob("*/001/plain.bin")).relative_to(WS)
-    MNT.mkdir(parents=True, exist_ok=True)
-    for r in range(int(os.environ.get("ROUNDS", "5"))):
-        for binary in sys.argv[1:]:
-            subprocess.run([binary, "mount", str(WS), str(MNT)], check=True, capture_output=True)
+
+    def measure(r):
+        rnd = random.Random(r)
+        total = os.stat(MNT / record.parent / "stdout").st_size
+        offsets = [rnd.randrange(0, total) for _ in range(300)]
+
+        def page(off):
+            with open(MNT / f"{record}#stdout@{off}", "rb") as f:
+                return f.read()
+
+        def plain_read(off):
+            with open(MNT / plain, "rb") as f:
+                f.seek(off)
+                return f.read(4096)
+
+        page(0)
+        # In turn, so that both see the machine in the same mood.
+        both = [(bench.timed(page, o)[0], bench.timed(plain_read, o)[0]) for o in offsets]
+        lat = statistics.median(a for a, _ in both) * 1e6
+        pl = statistics.median(b for _, b in both) * 1e6
+        t = time.perf_counter()
+        addr, pages = f"{record}#stdout@0", 0
+        while addr:
+            p = MNT / addr
+            with open(p, "rb") as f:
+                f.read()
             try:
-                rnd = random.Random(r)
-                total = os.stat(MNT / record.parent / "stdout").st_size
-                offsets = [rnd.randrange(0, total) for _ in range(300)]
+                addr = os.getxattr(p, "user.litany.next").decode()
+            except OSError:
+                addr = None
+            pages += 1
+        return lat, pl, pages, time.perf_counter() - t
 
-                def page(off):
-                    with open(MNT / f"{record}#stdout@{off}", "rb") as f:
-                        return f.read()
-
-                def plain_read(off):
-                    with open(MNT / plain, "rb") as f:
-                        f.seek(off)
-                        return f.read(4096)
-
-                page(0)
-                # In turn, so that both see the machine in the same mood.
-                both = [(bench.timed(page, o)[0], bench.timed(plain_read, o)[0]) for o in offsets]
-                lat = statistics.median(a for a, _ in both) * 1e6
-                pl = statistics.median(b for _, b in both) * 1e6
-                t = time.perf_counter()
-                addr, pages = f"{record}#stdout@0", 0
-                while addr:
-                    p = MNT / addr
-                    with open(p, "rb") as f:
-                        f.read()
-                    try:
-                        addr = os.getxattr(p, "user.litany.next").decode()
-                    except OSError:
-                        addr = None
-                    pages += 1
-                whole = time.perf_counter() - t
-            finally:
-                subprocess.run([binary, "unmount", str(MNT)], check=False)
-                time.sleep(0.5)
-            print(f"round {r} {binary}: page {lat:.0f} us, plain {pl:.0f} us ({lat / pl:.2f}x); {pages} pages in {whole:.2f} s", flush=True)
+    for r, spec, (lat, pl, pages, whole) in bench.alternate(sys.argv[1:], WS, MNT, measure):
+        print(f"round {r} {spec}: page {lat:.0f} us, plain {pl:.0f} us ({lat / pl:.2f}x); {pages} pages in {whole:.2f} s", flush=True)
 
 
 if __name__ == "__main__":
