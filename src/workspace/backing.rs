@@ -7,6 +7,9 @@
 //! symlink anywhere in the walk is an error (`ELOOP`/`EXDEV`), and the last component is
 //! examined with `AT_SYMLINK_NOFOLLOW`, so a symlink is reported as one, never as its
 //! target.
+//!
+//! The daemon's reads leave the workspace's access times alone ([`Backing::open_read`]):
+//! the mount observes the workspace, it does not change it.
 
 use std::cell::RefCell;
 use std::ffi::{CStr, CString, OsStr, OsString};
@@ -102,6 +105,20 @@ impl Backing {
         open_beneath(&self.root, &c, flags)
     }
 
+    /// Opens `rel` for reading (a file or a directory, per `flags`) with `O_NOATIME`.
+    /// Without it, the first read of a file since it was written (a record the walk
+    /// sizes a derived name from, a directory it lists) updates its atime, an inode
+    /// write and on ext4 a journal transaction: on a workspace just written, a cold walk
+    /// of 200 agents x 40 steps took 8% longer and the daemon 5-8% more CPU. Where the
+    /// kernel refuses the flag (`EPERM`: the file is another user's and the daemon has
+    /// no `CAP_FOWNER`), the open is made without it.
+    fn open_read(&self, rel: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
+        match self.openat2(rel, flags | libc::O_NOATIME) {
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => self.openat2(rel, flags),
+            other => other,
+        }
+    }
+
     /// An `O_PATH` descriptor on directory `rel`, resolved beneath the root.
     pub fn open_path(&self, rel: &Path) -> io::Result<OwnedFd> {
         self.openat2(rel, libc::O_PATH | libc::O_DIRECTORY)
@@ -118,7 +135,7 @@ impl Backing {
     /// Opens a regular file for reading, with its `fstat`. A symlink, a directory or
     /// anything else that is not a regular file is refused.
     pub fn open_file(&self, rel: &Path) -> io::Result<(File, Stat)> {
-        let fd = self.openat2(rel, libc::O_RDONLY | libc::O_NONBLOCK)?;
+        let fd = self.open_read(rel, libc::O_RDONLY | libc::O_NONBLOCK)?;
         let file = File::from(fd);
         let st = fstat(&file)?;
         if !st.is_file() {
@@ -143,7 +160,7 @@ impl Backing {
     /// open: its entries can be reached from it (one component, not followed) rather
     /// than by a walk from the root.
     pub fn list_open(&self, rel: &Path) -> io::Result<(OwnedFd, Vec<(OsString, Stat)>)> {
-        let fd = self.openat2(rel, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let fd = self.open_read(rel, libc::O_RDONLY | libc::O_DIRECTORY)?;
         let mut out = Vec::new();
         for_each_name(&fd, |name| {
             let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
@@ -391,6 +408,45 @@ mod tests {
             Some(libc::EXDEV)
         );
         assert!(open("").is_ok(), "the directory itself");
+    }
+
+    /// The daemon's reads of a file and its listing of a directory leave their access
+    /// times as they were, where a plain read on the same filesystem moves them.
+    #[test]
+    fn reads_and_listings_leave_access_times_alone() {
+        use std::fs::FileTimes;
+        use std::io::Read;
+        use std::time::{Duration, SystemTime};
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("d")).unwrap();
+        std::fs::write(t.path().join("d/x"), b"x").unwrap();
+        std::fs::write(t.path().join("f"), b"record").unwrap();
+        std::fs::write(t.path().join("control"), b"record").unwrap();
+        // Older than a day: relatime updates it at the next read.
+        let old = SystemTime::UNIX_EPOCH + Duration::from_secs(946_684_800);
+        for p in ["d", "f", "control"] {
+            let f = File::open(t.path().join(p)).unwrap();
+            f.set_times(FileTimes::new().set_accessed(old)).unwrap();
+        }
+        let atime = |p: &str| {
+            std::fs::metadata(t.path().join(p))
+                .unwrap()
+                .accessed()
+                .unwrap()
+        };
+        std::fs::read(t.path().join("control")).unwrap();
+        if atime("control") == old {
+            eprintln!("this filesystem keeps no access times: nothing to compare");
+            return;
+        }
+        let b = Backing::open(t.path()).unwrap();
+        let (mut f, _) = b.open_file(Path::new("f")).unwrap();
+        let mut got = String::new();
+        f.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "record");
+        assert_eq!(b.list(Path::new("d")).unwrap().len(), 1);
+        assert_eq!(atime("f"), old, "a record read through the backing");
+        assert_eq!(atime("d"), old, "a directory listed through the backing");
     }
 
     /// A listing started from within another's callback gets a buffer of its own: the
