@@ -234,18 +234,30 @@ def grep(root):
     return time.perf_counter() - t
 
 
-def alternate(specs, ws, mnt, measure):
+def alternate(specs, ws, mnt, measure, prepare=lambda: None):
     """Side-by-side runs for the A/B scripts: each round (ROUNDS, 5 by default) mounts
-    each spec (`BIN[+FLAG...]`: a litanyfs binary and its mount flags) over `ws` at `mnt`
-    in turn, calls `measure(round)`, and unmounts even when it fails; yields
-    `(round, spec, result)`."""
+    each spec in turn over `ws` at `mnt`, calls `measure(round, steps)` with the `steps/`
+    tree as that mount shows it, and unmounts even when it fails; yields
+    `(round, spec, result)`. A spec is `BIN[+FLAG...]` (a litanyfs binary and its mount
+    flags) or `floor` (floorfs serving `ws/steps` at `mnt`); `prepare()` runs before each
+    mount. Odd rounds take the specs in the reverse order, so that neither always follows
+    the other."""
     mnt.mkdir(parents=True, exist_ok=True)
     for r in range(int(os.environ.get("ROUNDS", "5"))):
-        for spec in specs:
+        for spec in specs if r % 2 == 0 else specs[::-1]:
+            prepare()
+            if spec == "floor":
+                mount_floor(ws / "steps", mnt)
+                try:
+                    result = measure(r, mnt)
+                finally:
+                    unmount_floor(mnt)
+                yield r, spec, result
+                continue
             binary, *flags = spec.split("+")
             subprocess.run([binary, "mount", str(ws), str(mnt), *flags], check=True, capture_output=True)
             try:
-                result = measure(r)
+                result = measure(r, mnt / "steps")
             finally:
                 subprocess.run([binary, "unmount", str(mnt)], check=False)
                 time.sleep(0.5)
@@ -454,18 +466,29 @@ def set_watch_limit(n):
 
 def scale_mounted(tmp, ws, mnt, native, nat, shown, agents, limit_was, dirs):
     """The scale section's figures, with the watch limit set."""
+    fmnt = tmp / "scale-floor"
+
+    def floor_walks(warm):
+        mount_floor(native, fmnt)
+        try:
+            cold = timed(walk, fmnt)[0]
+            return cold, warm and statistics.median(timed(walk, fmnt)[0] for _ in range(3))
+        finally:
+            unmount_floor(fmnt)
+
+    # One cold walk of each takes most of a minute, so litanyfs's is taken between two
+    # of the floor's, whose mean it is compared with: whichever went first was the
+    # slower by up to 6% here, and the order would otherwise decide part of the ratio.
+    floor1, _ = floor_walks(False)
     mount(ws, mnt)
     cold, n = timed(walk, mnt / "steps")
     assert n == shown, (n, shown)
     # As at 64k: the median of the three walks after the cold one, here and on the floor.
     warm = statistics.median(timed(walk, mnt / "steps")[0] for _ in range(3))
-    fmnt = tmp / "scale-floor"
-    mount_floor(native, fmnt)
-    floor = timed(walk, fmnt)[0]
-    fwarm = statistics.median(timed(walk, fmnt)[0] for _ in range(3))
-    unmount_floor(fmnt)
+    floor2, fwarm = floor_walks(True)
+    floor = (floor1 + floor2) / 2
     ref = lambda k: "" if not WALK64.get(k) else f"; at 64k: {round(WALK64[k], 2)}x"
-    row(f"scale: cold walk of {shown} entries, s", round(cold, 2), round(nat, 2), round(cold / nat, 2), None, " s", f"FUSE floor {round(floor, 2)} s ({round(floor / nat, 2)}x){ref('cold')}")
+    row(f"scale: cold walk of {shown} entries, s", round(cold, 2), round(nat, 2), round(cold / nat, 2), None, " s", f"FUSE floor {round(floor, 2)} s ({round(floor / nat, 2)}x; the mean of {round(floor1, 2)} s before and {round(floor2, 2)} s after){ref('cold')}")
     if WALK64.get("own"):
         # The ratio to native grows with the workspace for any FUSE server here (the
         # floor's own does); litanyfs's share is its ratio to the floor at each size.

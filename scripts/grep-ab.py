@@ -28,7 +28,7 @@ def main():
     if not WS.exists():
         bench.make_workspace(WS, 200, 40)
 
-    def measure(_round):
+    def measure(_round, _steps):
         t = time.perf_counter()
         bench.walk(MNT / "steps")
         w = time.perf_counter() - t

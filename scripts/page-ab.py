@@ -35,7 +35,7 @@ def main():
     record = next((WS / "steps").glob("*/001/tools/toolu_big/output.json")).relative_to(WS)
     plain = next((WS / "steps").glob("*/001/plain.bin")).relative_to(WS)
 
-    def measure(r):
+    def measure(r, _steps):
         rnd = random.Random(r)
         total = os.stat(MNT / record.parent / "stdout").st_size
         offsets = [rnd.randrange(0, total) for _ in range(300)]
