@@ -109,7 +109,7 @@ impl Backing {
     /// Without it, the first read of a file since it was written (a record the walk
     /// sizes a derived name from, a directory it lists) updates its atime, an inode
     /// write and on ext4 a journal transaction: on a workspace just written, a cold walk
-    /// of 200 agents x 40 steps took 8% longer and the daemon 5-8% more CPU. Where the
+    /// of 200 agents x 40 steps took 4-5% longer and the daemon 6-10% more CPU. Where the
     /// kernel refuses the flag (`EPERM`: the file is another user's and the daemon has
     /// no `CAP_FOWNER`), the open is made without it.
     fn open_read(&self, rel: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
