@@ -224,6 +224,71 @@ fn root_mirrors_the_workspace_and_steps_match_the_disk() {
     );
 }
 
+/// Reading through the mount changes nothing in the workspace: after a walk, a `grep -r`
+/// and a `cat` of every derived file (which the daemon sizes and renders from the
+/// records), every backing file and directory under `steps/` keeps the atime it had,
+/// where a plain read on the same filesystem moves it.
+#[test]
+fn reading_through_the_mount_leaves_the_workspace_atimes() {
+    use std::fs::{File, FileTimes};
+    use std::time::{Duration as D, SystemTime};
+    let w = workspace(Flavour::Litany);
+    let backing = w.f.root().join("steps");
+    // Older than a day, so that relatime would update it at the next read.
+    let old = SystemTime::UNIX_EPOCH + D::from_secs(946_684_800);
+    let mut all = files_under(&backing);
+    let mut dirs = vec![backing.clone()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                all.push(p.strip_prefix(&backing).unwrap().to_path_buf());
+                dirs.push(p);
+            }
+        }
+    }
+    let set_old = |p: &Path| {
+        let f = File::open(p).unwrap();
+        f.set_times(FileTimes::new().set_accessed(old)).unwrap();
+    };
+    for rel in &all {
+        set_old(&backing.join(rel));
+    }
+    set_old(&backing);
+    let m = Mounted::new(w.f.root());
+    let seen = files_under(&m.path("steps"));
+    assert!(seen.iter().any(|p| p.ends_with("response.md")), "{seen:?}");
+    for rel in &seen {
+        let p = m.path("steps").join(rel);
+        if std::fs::symlink_metadata(&p).unwrap().is_file() {
+            std::fs::read(&p).unwrap();
+        }
+    }
+    let (ok, _, err) = sh(&format!(
+        "grep -r -c nothing-here '{}'",
+        m.path("steps").display()
+    ));
+    assert!(!ok && err.is_empty(), "grep -r: {err}");
+    let atime = |p: &Path| std::fs::metadata(p).unwrap().accessed().unwrap();
+    let moved: Vec<_> = all
+        .iter()
+        .filter(|rel| atime(&backing.join(rel)) != old)
+        .collect();
+    assert!(
+        moved.is_empty(),
+        "atimes moved by reads through the mount: {moved:?}"
+    );
+    // The control: a plain read here does move an old atime (else nothing was shown).
+    let control = backing.join(&all[0]);
+    std::fs::read(&control).ok();
+    std::fs::read_dir(&control).map(|d| d.count()).ok();
+    assert_ne!(
+        atime(&control),
+        old,
+        "this filesystem keeps no atimes: the test shows nothing"
+    );
+}
+
 #[test]
 fn ordinary_tools_work() {
     let w = workspace(Flavour::Litany);
