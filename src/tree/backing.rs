@@ -158,12 +158,12 @@ impl Tree {
                 .iter()
                 .any(|c| c.name == crate::paging::address::OUTPUT_FILE)
         {
-            self.push_streams(&mut out, record);
+            self.push_streams(&mut out, record, &dir);
         }
         if let Place::Inbox { agent: Some(agent) } = place {
             self.push_drafts(&mut out, agent);
         }
-        self.push_record_views(&mut out, b, &place);
+        self.push_record_views(&mut out, b, &place, &dir);
         Ok((out, dir))
     }
 

@@ -9,8 +9,9 @@
 
 use std::ffi::OsStr;
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 
 use super::node::Capture;
@@ -147,11 +148,11 @@ impl Tree {
     }
 
     /// Adds the `stdout` and `stderr` files of `record` to a tool directory's listing,
-    /// opening the record once for both. A capture up to [`EAGER_STREAMS_BYTES`] is
+    /// opening the record once for both, from the listing's own descriptor `dir`. A capture up to [`EAGER_STREAMS_BYTES`] is
     /// parsed for their sizes and gets none if it does not parse; a larger one that is
     /// not indexed yet is listed without reading it (a walk must not read every capture),
     /// with sizes found at the first lookup or stat.
-    pub(super) fn push_streams(&self, out: &mut Vec<Child>, record: &RecordPath) {
+    pub(super) fn push_streams(&self, out: &mut Vec<Child>, record: &RecordPath, dir: &OwnedFd) {
         let first = Node::capture(Capture::Stream {
             record: record.clone(),
             stream: Stream::Stdout,
@@ -159,7 +160,7 @@ impl Tree {
         if self.confine(&first, record).is_err() {
             return;
         }
-        let (file, key, st) = match self.record(record, &first) {
+        let (file, key, st) = match self.record_in(record, &first, Some(dir)) {
             Ok(r) => r,
             Err(e) => return log::debug!("{e}: its streams are not listed"),
         };
@@ -196,15 +197,28 @@ impl Tree {
         record: &RecordPath,
         node: &Node,
     ) -> Result<(File, CaptureKey, Stat), TreeError> {
-        let rel = PathBuf::from(record.to_string());
-        let refuse = |e: std::io::Error| {
+        self.record_in(record, node, None)
+    }
+
+    /// [`Self::record`], opened from `within` when given: its tool directory, already
+    /// open for a listing.
+    fn record_in(
+        &self,
+        record: &RecordPath,
+        node: &Node,
+        within: Option<&OwnedFd>,
+    ) -> Result<(File, CaptureKey, Stat), TreeError> {
+        let opened = match within {
+            Some(dir) => self.backing.open_file_in(dir, OsStr::new(OUTPUT_FILE)),
+            None => self.backing.open_file(Path::new(&record.to_string())),
+        };
+        let (file, st) = opened.map_err(|source| {
             let e = PageError::NoRecord {
-                record: self.ws.root().join(&rel),
-                source: e,
+                record: self.ws.root().join(record.to_string()),
+                source,
             };
             TreeError::new(node.path(), ErrorKind::Page(e))
-        };
-        let (file, st) = self.backing.open_file(&rel).map_err(refuse)?;
+        })?;
         let key = CaptureKey::from_stat(&st);
         Ok((file, key, st))
     }

@@ -15,6 +15,7 @@
 
 use std::ffi::OsStr;
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -150,20 +151,23 @@ impl Tree {
             .map(|n| (n, dir_attr)))
     }
 
-    /// The `response.json` of a step, opened beneath the root. `done` is whether the
-    /// step has its `meta.json`, when the caller already knows (a listing does).
+    /// The `response.json` of a step, opened beneath the root, or from `within` when
+    /// given (the step's directory, open for a listing). `done` is whether the step has
+    /// its `meta.json`, when the caller already knows (a listing does).
     fn response(
         &self,
         node: &Node,
         agent: &str,
         step: &str,
         done: Option<bool>,
+        within: Option<&OwnedFd>,
     ) -> Result<Response, TreeError> {
         let dir = step_dir(agent, step);
-        let (file, st) = self
-            .backing
-            .open_file(&dir.join(RESPONSE_FILE))
-            .map_err(|e| TreeError::io(node.path(), e))?;
+        let (file, st) = match within {
+            Some(listed) => self.backing.open_file_in(listed, OsStr::new(RESPONSE_FILE)),
+            None => self.backing.open_file(&dir.join(RESPONSE_FILE)),
+        }
+        .map_err(|e| TreeError::io(node.path(), e))?;
         let done = done.unwrap_or_else(|| self.backing.lstat(&dir.join(META_FILE)).is_ok());
         let closed = done
             || self.latest_step(agent)?.is_some_and(|(latest, _)| {
@@ -208,7 +212,7 @@ impl Tree {
             }
             RecordView::Response { step } => {
                 let (agent, step) = response_parts(node, step)?;
-                let r = self.response(node, agent, step, None)?;
+                let r = self.response(node, agent, step, None, None)?;
                 self.response_attr(node, &r)
             }
             RecordView::Transcript { agent } => Ok(self.transcript(node, agent)?.1),
@@ -271,7 +275,7 @@ impl Tree {
             RecordView::Latest { .. } => Err(TreeError::new(node.path(), ErrorKind::Loop)),
             RecordView::Response { step } => {
                 let (agent, step) = response_parts(node, step)?;
-                let r = self.response(node, agent, step, None)?;
+                let r = self.response(node, agent, step, None, None)?;
                 Ok(Content::Response {
                     file: r.file,
                     key: r.key,
@@ -315,8 +319,14 @@ impl Tree {
     /// a second look at the disk here would cost the walk one per step). A `response.md`
     /// whose `response.json` is over [`EAGER_STREAMS_BYTES`] is listed without rendering
     /// it (a walk must not render every record); its size is found at the first lookup or
-    /// stat.
-    pub(super) fn push_record_views(&self, out: &mut Vec<Child>, dir: &Backed, place: &Place) {
+    /// stat. `listed` is the directory's descriptor, which its records are opened from.
+    pub(super) fn push_record_views(
+        &self,
+        out: &mut Vec<Child>,
+        dir: &Backed,
+        place: &Place,
+        listed: &OwnedFd,
+    ) {
         let named = |out: &[Child], name: &str| out.iter().position(|c| c.name == name);
         match place {
             Place::AgentSteps { agent } => {
@@ -351,7 +361,7 @@ impl Tree {
                     attr.ctime = json.ctime;
                     Ok((attr, NO_TTL))
                 } else {
-                    self.response(&node, agent, step, Some(done))
+                    self.response(&node, agent, step, Some(done), Some(listed))
                         .and_then(|r| self.response_attr(&node, &r))
                         .map(|attr| (attr, self.response_ttl(dir, done)))
                 };

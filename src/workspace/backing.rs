@@ -8,7 +8,7 @@
 //! examined with `AT_SYMLINK_NOFOLLOW`, so a symlink is reported as one, never as its
 //! target.
 //!
-//! The daemon's reads leave the workspace's access times alone ([`Backing::open_read`]):
+//! The daemon's reads leave the workspace's access times alone ([`open_read`]):
 //! the mount observes the workspace, it does not change it.
 
 use std::cell::RefCell;
@@ -96,27 +96,12 @@ impl Backing {
     /// Opens `rel` (relative to the root; `""` is the root) beneath the root, refusing
     /// every symlink on the way and at the end ([`open_beneath`]).
     fn openat2(&self, rel: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
-        let rel = if rel.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            rel
-        };
-        let c = cstring(rel.as_os_str().as_bytes())?;
-        open_beneath(&self.root, &c, flags)
+        open_beneath(&self.root, &beneath_root(rel)?, flags)
     }
 
-    /// Opens `rel` for reading (a file or a directory, per `flags`) with `O_NOATIME`.
-    /// Without it, the first read of a file since it was written (a record the walk
-    /// sizes a derived name from, a directory it lists) updates its atime, an inode
-    /// write and on ext4 a journal transaction: on a workspace just written, a cold walk
-    /// of 200 agents x 40 steps took 4-5% longer and the daemon 6-10% more CPU. Where the
-    /// kernel refuses the flag (`EPERM`: the file is another user's and the daemon has
-    /// no `CAP_FOWNER`), the open is made without it.
+    /// [`open_read`] of `rel`, beneath the root.
     fn open_read(&self, rel: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
-        match self.openat2(rel, flags | libc::O_NOATIME) {
-            Err(e) if e.raw_os_error() == Some(libc::EPERM) => self.openat2(rel, flags),
-            other => other,
-        }
+        open_read(&self.root, &beneath_root(rel)?, flags)
     }
 
     /// An `O_PATH` descriptor on directory `rel`, resolved beneath the root.
@@ -135,17 +120,14 @@ impl Backing {
     /// Opens a regular file for reading, with its `fstat`. A symlink, a directory or
     /// anything else that is not a regular file is refused.
     pub fn open_file(&self, rel: &Path) -> io::Result<(File, Stat)> {
-        let fd = self.open_read(rel, libc::O_RDONLY | libc::O_NONBLOCK)?;
-        let file = File::from(fd);
-        let st = fstat(&file)?;
-        if !st.is_file() {
-            return Err(io::Error::from_raw_os_error(if st.is_dir() {
-                libc::EISDIR
-            } else {
-                libc::EINVAL
-            }));
-        }
-        Ok((file, st))
+        regular(self.open_read(rel, FILE_READ)?)
+    }
+
+    /// [`Backing::open_file`] of entry `name` of directory `dir` (a descriptor from
+    /// [`Backing::list_open`]): one component resolved, not the whole path from the
+    /// root again, for the records a listing sizes its derived names from.
+    pub fn open_file_in(&self, dir: &impl AsRawFd, name: &OsStr) -> io::Result<(File, Stat)> {
+        regular(open_read(dir, &cstring(name.as_bytes())?, FILE_READ)?)
     }
 
     /// The entries of directory `rel` with their `lstat`, without `.` and `..`. Entries
@@ -205,6 +187,48 @@ impl Backing {
         }
         buf.truncate(n as usize);
         Ok(buf)
+    }
+}
+
+/// `rel` as the path to open from the root: `""` is the root itself.
+fn beneath_root(rel: &Path) -> io::Result<CString> {
+    let rel = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    cstring(rel.as_os_str().as_bytes())
+}
+
+/// How a backing file is opened for reading.
+const FILE_READ: libc::c_int = libc::O_RDONLY | libc::O_NONBLOCK;
+
+/// `fd` as a [`File`] with its `fstat`, if it is a regular file: a directory is
+/// `EISDIR`, anything else `EINVAL`.
+fn regular(fd: OwnedFd) -> io::Result<(File, Stat)> {
+    let file = File::from(fd);
+    let st = fstat(&file)?;
+    if !st.is_file() {
+        return Err(io::Error::from_raw_os_error(if st.is_dir() {
+            libc::EISDIR
+        } else {
+            libc::EINVAL
+        }));
+    }
+    Ok((file, st))
+}
+
+/// [`open_beneath`] for reading (a file or a directory, per `flags`), with `O_NOATIME`.
+/// Without it, the first read of a file since it was written (a record the walk sizes a
+/// derived name from, a directory it lists) updates its atime, an inode write and on
+/// ext4 a journal transaction: on a workspace just written, a cold walk of 200 agents x
+/// 40 steps took 4-5% longer and the daemon 6-10% more CPU. Where the kernel refuses the
+/// flag (`EPERM`: the file is another user's and the daemon has no `CAP_FOWNER`), the
+/// open is made without it.
+fn open_read(dir: &impl AsRawFd, path: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+    match open_beneath(dir, path, flags | libc::O_NOATIME) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => open_beneath(dir, path, flags),
+        other => other,
     }
 }
 
