@@ -148,10 +148,11 @@ impl Tree {
     }
 
     /// Adds the `stdout` and `stderr` files of `record` to a tool directory's listing,
-    /// opening the record once for both, from the listing's own descriptor `dir`. A capture up to [`EAGER_STREAMS_BYTES`] is
-    /// parsed for their sizes and gets none if it does not parse; a larger one that is
-    /// not indexed yet is listed without reading it (a walk must not read every capture),
-    /// with sizes found at the first lookup or stat.
+    /// opening the record once for both, from the listing's own descriptor `dir`. A
+    /// capture up to [`EAGER_STREAMS_BYTES`] is parsed for their sizes and gets none if
+    /// it does not parse; a larger one that is not indexed yet is listed without reading
+    /// it (a walk must not read every capture), with sizes found at the first lookup or
+    /// stat.
     pub(super) fn push_streams(&self, out: &mut Vec<Child>, record: &RecordPath, dir: &OwnedFd) {
         let first = Node::capture(Capture::Stream {
             record: record.clone(),

@@ -87,6 +87,14 @@ fn agent_steps(agent: &str) -> Backed {
     Backed::new(Path::new(STEPS_DIR).join(agent))
 }
 
+/// What a listing of a step's directory knows of it: its descriptor, and whether it
+/// holds a `meta.json`.
+#[derive(Clone, Copy)]
+struct Listed<'a> {
+    dir: &'a OwnedFd,
+    done: bool,
+}
+
 /// An open `response.json`: what a `response.md` is rendered from.
 struct Response {
     file: File,
@@ -151,24 +159,34 @@ impl Tree {
             .map(|n| (n, dir_attr)))
     }
 
-    /// The `response.json` of a step, opened beneath the root, or from `within` when
-    /// given (the step's directory, open for a listing). `done` is whether the step has
-    /// its `meta.json`, when the caller already knows (a listing does).
+    /// The `response.json` of a step, opened beneath the root; or, from a listing of the
+    /// step's directory, opened from its descriptor, with whether the listing holds a
+    /// `meta.json`.
     fn response(
         &self,
         node: &Node,
         agent: &str,
         step: &str,
-        done: Option<bool>,
-        within: Option<&OwnedFd>,
+        listed: Option<Listed<'_>>,
     ) -> Result<Response, TreeError> {
-        let dir = step_dir(agent, step);
-        let (file, st) = match within {
-            Some(listed) => self.backing.open_file_in(listed, OsStr::new(RESPONSE_FILE)),
-            None => self.backing.open_file(&dir.join(RESPONSE_FILE)),
-        }
-        .map_err(|e| TreeError::io(node.path(), e))?;
-        let done = done.unwrap_or_else(|| self.backing.lstat(&dir.join(META_FILE)).is_ok());
+        let io = |e| TreeError::io(node.path(), e);
+        let (file, st, done) = match listed {
+            Some(Listed { dir, done }) => {
+                let (f, st) = self
+                    .backing
+                    .open_file_in(dir, OsStr::new(RESPONSE_FILE))
+                    .map_err(io)?;
+                (f, st, done)
+            }
+            None => {
+                let dir = step_dir(agent, step);
+                let (f, st) = self
+                    .backing
+                    .open_file(&dir.join(RESPONSE_FILE))
+                    .map_err(io)?;
+                (f, st, self.backing.lstat(&dir.join(META_FILE)).is_ok())
+            }
+        };
         let closed = done
             || self.latest_step(agent)?.is_some_and(|(latest, _)| {
                 step_number(latest.as_bytes()) > step_number(step.as_bytes())
@@ -212,7 +230,7 @@ impl Tree {
             }
             RecordView::Response { step } => {
                 let (agent, step) = response_parts(node, step)?;
-                let r = self.response(node, agent, step, None, None)?;
+                let r = self.response(node, agent, step, None)?;
                 self.response_attr(node, &r)
             }
             RecordView::Transcript { agent } => Ok(self.transcript(node, agent)?.1),
@@ -275,7 +293,7 @@ impl Tree {
             RecordView::Latest { .. } => Err(TreeError::new(node.path(), ErrorKind::Loop)),
             RecordView::Response { step } => {
                 let (agent, step) = response_parts(node, step)?;
-                let r = self.response(node, agent, step, None, None)?;
+                let r = self.response(node, agent, step, None)?;
                 Ok(Content::Response {
                     file: r.file,
                     key: r.key,
@@ -361,7 +379,7 @@ impl Tree {
                     attr.ctime = json.ctime;
                     Ok((attr, NO_TTL))
                 } else {
-                    self.response(&node, agent, step, Some(done), Some(listed))
+                    self.response(&node, agent, step, Some(Listed { dir: listed, done }))
                         .and_then(|r| self.response_attr(&node, &r))
                         .map(|attr| (attr, self.response_ttl(dir, done)))
                 };

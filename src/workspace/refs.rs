@@ -227,7 +227,7 @@ type Fingerprint = Vec<(PathBuf, Option<(SystemTime, u64)>)>;
 struct Cached {
     fingerprint: Fingerprint,
     taken: Instant,
-    /// When the fingerprint was last found unchanged (watched), or `taken`.
+    /// When the fingerprint was last found unchanged, or `taken`.
     checked: Instant,
     /// Invalidated, but kept to tell whether the next snapshot shows anything new.
     stale: bool,
@@ -283,17 +283,18 @@ impl Refs {
         }
         let fingerprint = self.fingerprint();
         let mut cache = self.cache.lock();
+        let max_age = if watched {
+            WATCHED_SNAPSHOT_MAX_AGE
+        } else {
+            SNAPSHOT_MAX_AGE
+        };
         if let Some(c) = cache.as_mut()
             && !c.stale
             && c.fingerprint == fingerprint
+            && c.taken.elapsed() < max_age
         {
-            if !watched && c.taken.elapsed() < SNAPSHOT_MAX_AGE {
-                return Ok(c.snapshot.clone());
-            }
-            if watched && c.taken.elapsed() < WATCHED_SNAPSHOT_MAX_AGE {
-                c.checked = Instant::now();
-                return Ok(c.snapshot.clone());
-            }
+            c.checked = Instant::now();
+            return Ok(c.snapshot.clone());
         }
         let taken = Instant::now();
         let prev = cache.as_ref().map(|c| c.snapshot.clone());
