@@ -469,10 +469,11 @@ def scale_mounted(tmp, ws, mnt, native, nat, shown, agents, limit_was, dirs):
     fmnt = tmp / "scale-floor"
 
     def floor_walks(warm):
+        """A cold walk of a fresh floor mount, and with `warm` the median of three after."""
         mount_floor(native, fmnt)
         try:
             cold = timed(walk, fmnt)[0]
-            return cold, warm and statistics.median(timed(walk, fmnt)[0] for _ in range(3))
+            return cold, statistics.median(timed(walk, fmnt)[0] for _ in range(3)) if warm else None
         finally:
             unmount_floor(fmnt)
 

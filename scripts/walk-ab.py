@@ -88,7 +88,10 @@ def run(specs):
             subprocess.run(["sync"], check=True)
 
     def measure(_round, steps):
-        pid = bench.daemon_pid(MNT) if steps != MNT else bench.FLOORS[MNT].pid
+        floor = bench.FLOORS.get(MNT)
+        pid = floor.pid if floor else bench.daemon_pid(MNT)
+        if pid is None:
+            sys.exit(f"no daemon found for {MNT}: a litanyfs binary's name must end in litanyfs")
         c0, io0, t = cpu(pid), iowait(), time.perf_counter()
         bench.walk(steps)
         return time.perf_counter() - t, spent(c0, cpu(pid)), iowait() - io0
