@@ -41,6 +41,7 @@ pub mod manual;
 pub mod mount;
 pub mod paging;
 pub mod records;
+pub mod sentinel;
 pub mod tree;
 pub mod views;
 pub mod watch;

@@ -29,7 +29,7 @@ use fuser::{Config, MountOption, Session, SessionACL};
 use sd_notify::NotifyState;
 
 use crate::deposit::{Depositor, Options as DepositOptions, WakeMode};
-use crate::fs::Fs;
+use crate::fs::{DirOpens, Fs};
 use crate::tree::{Deposits, Tree};
 use crate::witness::Witness;
 use crate::workspace::{Workspace, WorkspaceError};
@@ -100,6 +100,9 @@ pub struct MountOptions {
     #[arg(long)]
     pub allow_other: bool,
     /// Unmount automatically when the daemon dies, however it dies (via `fusermount3`).
+    /// Each directory open then costs the daemon a request. Run by a user other than
+    /// root, it needs `user_allow_other` in /etc/fuse.conf: fusermount3 looks at the dead
+    /// mount as root (the daemon still serves only root and its owner).
     #[arg(long)]
     pub auto_unmount: bool,
 }
@@ -684,7 +687,13 @@ fn serve(
         tree = tree.with_deposits(Deposits { depositor, sender });
     }
     let views = tree.views().clone();
-    let fs = Fs::new(Arc::new(tree));
+    // fusermount3 can only see that the daemon died if directory opens reach it.
+    let dir_opens = if opts.auto_unmount {
+        DirOpens::Asked
+    } else {
+        DirOpens::Skipped
+    };
+    let fs = Fs::new(Arc::new(tree), dir_opens);
     let invalidator = fs.invalidator();
     let mut config = Config::default();
     // The source is the workspace as an fstab line names it, so `mount -a` and systemd
