@@ -139,10 +139,11 @@ fn parse() -> Result<Cli, String> {
 fn main() -> ExitCode {
     // SAFETY: first thing in main, before any thread exists.
     unsafe { helper::settle_environment() };
+    init_logging();
+    // Internal, so not among the subcommands a user is shown.
     if let Some(code) = litanyfs::sentinel::run_if_called() {
         return code;
     }
-    init_logging();
     let args = match parse() {
         Ok(args) => args,
         Err(why) => {
@@ -156,10 +157,6 @@ fn main() -> ExitCode {
             mountpoint,
             opts,
         } => if opts.foreground {
-            if opts.auto_unmount {
-                // SAFETY: no thread has been started yet.
-                unsafe { litanyfs::sentinel::arm() };
-            }
             mount::run(&workspace, &mountpoint, &opts)
         } else {
             mount::spawn_daemon(&workspace, &mountpoint, &opts).map(|log| {

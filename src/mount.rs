@@ -29,7 +29,7 @@ use fuser::{Config, MountOption, Session, SessionACL};
 use sd_notify::NotifyState;
 
 use crate::deposit::{Depositor, Options as DepositOptions, WakeMode};
-use crate::fs::{DirOpens, Fs};
+use crate::fs::Fs;
 use crate::tree::{Deposits, Tree};
 use crate::witness::Witness;
 use crate::workspace::{Workspace, WorkspaceError};
@@ -41,7 +41,7 @@ const READY_LINE: &str = "ready";
 /// How long a daemon waits for its own mount to answer before giving up.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// The running executable, whatever became of its path.
-const SELF_EXE: &str = "/proc/self/exe";
+pub(crate) const SELF_EXE: &str = "/proc/self/exe";
 /// The filesystem type shown in `/proc/mounts` (`fuse.litanyfs`).
 pub const SUBTYPE: &str = "litanyfs";
 /// Threads serving requests unless `--threads` says otherwise: enough that a slow request
@@ -99,10 +99,8 @@ pub struct MountOptions {
     /// (`default_permissions`).
     #[arg(long)]
     pub allow_other: bool,
-    /// Unmount automatically when the daemon dies, however it dies (via `fusermount3`).
-    /// Each directory open then costs the daemon a request. Run by a user other than
-    /// root, it needs `user_allow_other` in /etc/fuse.conf: fusermount3 looks at the dead
-    /// mount as root (the daemon still serves only root and its owner).
+    /// Unmount automatically when the daemon dies, however it dies: a sentinel process
+    /// (`litanyfs sentinel`) outlives it and detaches the dead mount.
     #[arg(long)]
     pub auto_unmount: bool,
 }
@@ -303,7 +301,7 @@ fn umount2(mnt: &Path, flags: libc::c_int) -> std::io::Result<()> {
 
 /// Detaches whatever is mounted at `mnt`: directly when privileged, else through
 /// `fusermount3 -u` (lazily with `lazy`).
-fn detach(mnt: &Path, lazy: bool) -> std::io::Result<()> {
+pub(crate) fn detach(mnt: &Path, lazy: bool) -> std::io::Result<()> {
     let flags = if lazy { libc::MNT_DETACH } else { 0 };
     match umount2(mnt, flags) {
         Ok(()) => Ok(()),
@@ -325,7 +323,7 @@ fn detach(mnt: &Path, lazy: bool) -> std::io::Result<()> {
 
 /// Whether the mount at `mnt` has lost its daemon. `statfs` always reaches the daemon
 /// (no attribute cache answers it), so a dead connection shows at once.
-fn is_stale(mnt: &Path) -> bool {
+pub(crate) fn is_stale(mnt: &Path) -> bool {
     let Ok(c) = CString::new(mnt.as_os_str().as_bytes()) else {
         return false;
     };
@@ -687,13 +685,7 @@ fn serve(
         tree = tree.with_deposits(Deposits { depositor, sender });
     }
     let views = tree.views().clone();
-    // fusermount3 can only see that the daemon died if directory opens reach it.
-    let dir_opens = if opts.auto_unmount {
-        DirOpens::Asked
-    } else {
-        DirOpens::Skipped
-    };
-    let fs = Fs::new(Arc::new(tree), dir_opens);
+    let fs = Fs::new(Arc::new(tree));
     let invalidator = fs.invalidator();
     let mut config = Config::default();
     // The source is the workspace as an fstab line names it, so `mount -a` and systemd
@@ -723,16 +715,17 @@ fn serve(
         config.acl = SessionACL::All;
         config.mount_options.push(MountOption::DefaultPermissions);
     }
-    if opts.auto_unmount {
-        config.mount_options.push(MountOption::AutoUnmount);
-        if config.acl == SessionACL::Owner {
-            config.acl = SessionACL::RootAndOwner;
-        }
-    }
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
     let session = Session::new(fs, &mnt, &config)
         .map_err(|e| MountError::Io(format!("mounting {}", mnt.display()), e))?;
+    // Started before the mount is announced, so that a daemon that dies from here on
+    // leaves no dead mount; an error drops the session, which unmounts.
+    if opts.auto_unmount {
+        crate::sentinel::start(&mnt).map_err(|e| {
+            MountError::Io(format!("starting the sentinel of {}", mnt.display()), e)
+        })?;
+    }
     invalidator.spawn(session.notifier());
     views.start();
     let pipe = ready.take();

@@ -158,7 +158,6 @@ fn driver_command(harness: &Path, root: &Path, agent: &str, log: File) -> Comman
         .arg(root)
         .arg(agent)
         .env_remove(LOCK_FD_ENV)
-        .env_remove(crate::sentinel::REAL_ENV)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(log));

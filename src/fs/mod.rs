@@ -66,19 +66,6 @@ const WANTED: [InitFlags; 4] = [
     InitFlags::FUSE_PARALLEL_DIROPS,
 ];
 
-/// Whether the kernel asks the daemon before it opens a directory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DirOpens {
-    /// Never: the first `opendir` answers ENOSYS, and from then on the kernel opens
-    /// directories by itself, a round trip saved per listing.
-    Skipped,
-    /// Always, answered at once. `fusermount3 -o auto_unmount` needs this: it tells a
-    /// dead daemon from an unmount it must leave alone by opening the mount's root and
-    /// expecting ENOTCONN. A kernel that opens directories by itself lets that open
-    /// succeed on a dead connection, and the dead mount stays.
-    Asked,
-}
-
 /// The adapter's state, shared by the request threads and the [`Invalidator`].
 pub struct State {
     tree: Arc<Tree>,
@@ -87,7 +74,6 @@ pub struct State {
     /// Listings being read, by reader (see [`State::listing`]).
     listings: Mutex<HashMap<Reader, Arc<Vec<Child>>>>,
     passthrough: AtomicBool,
-    dir_opens: DirOpens,
     uid: u32,
     gid: u32,
 }
@@ -133,7 +119,7 @@ fn file_type(kind: Kind) -> FileType {
 }
 
 impl Fs {
-    pub fn new(tree: Arc<Tree>, dir_opens: DirOpens) -> Self {
+    pub fn new(tree: Arc<Tree>) -> Self {
         let root_dev = tree.backing().lstat(Path::new("")).ok().map(|st| st.dev);
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -144,7 +130,6 @@ impl Fs {
                 handles: Handles::default(),
                 listings: Mutex::new(HashMap::new()),
                 passthrough: AtomicBool::new(false),
-                dir_opens,
                 uid,
                 gid,
             }),
@@ -447,16 +432,9 @@ impl Filesystem for Fs {
     /// and `releasedir` from then on, and keep every listing in its cache
     /// (`FOPEN_CACHE_DIR`) until the directory's mtime changes or it is invalidated. Every
     /// directory here changes its mtime with its listing (see the tree), and watched ones
-    /// are also invalidated as changes happen. Where opens must be asked (see
-    /// [`DirOpens`]), each is answered with the flags the kernel would have used itself.
+    /// are also invalidated as changes happen.
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.dir_opens {
-            DirOpens::Skipped => reply.error(Errno::ENOSYS),
-            DirOpens::Asked => reply.opened(
-                FileHandle(0),
-                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
-            ),
-        }
+        reply.error(Errno::ENOSYS);
     }
 
     fn readdir(
