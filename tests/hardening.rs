@@ -327,6 +327,7 @@ fn auto_unmount_leaves_a_clean_unmount_and_the_next_mount_alone() {
     // a live mount where the dead one would be, and must leave it be.
     // SAFETY: signals to the sentinel this test's mount started.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let resume = Resume(pid);
     let out = common::mount::litanyfs(&[OsStr::new("unmount"), mnt.as_os_str()]);
     assert!(out.status.success(), "{out:?}");
     let again = common::mount::litanyfs(&[
@@ -336,8 +337,7 @@ fn auto_unmount_leaves_a_clean_unmount_and_the_next_mount_alone() {
         mnt.as_os_str(),
     ]);
     assert!(again.status.success(), "{again:?}");
-    // SAFETY: as above.
-    unsafe { libc::kill(pid, libc::SIGCONT) };
+    drop(resume);
     assert!(
         eventually(Duration::from_secs(5), || standing_by(&mnt).is_empty()),
         "the first sentinel stayed: {:?}",
@@ -345,7 +345,18 @@ fn auto_unmount_leaves_a_clean_unmount_and_the_next_mount_alone() {
     );
     assert!(is_mounted(&mnt), "the sentinel unmounted the next mount");
     assert!(std::fs::read_dir(mnt.join("steps")).unwrap().count() > 0);
+    // Unmounts what is mounted there now, the second mount, as it would on a failure.
     drop(first);
+}
+
+/// Lets a stopped process go on when dropped, even when the test fails first.
+struct Resume(i32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        // SAFETY: SIGCONT to the process this test stopped.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
 }
 
 /// The processes standing by the mount at `mnt` other than its daemon (the sentinel):
