@@ -4,9 +4,10 @@
 //! knows about FUSE; it asks [`tree`] what a path is and what it holds; the tree asks
 //! [`workspace`] (paths, ids, refs, marks), [`paging`] (continuation addresses),
 //! [`deposit`] (the inbox write path) and [`views`] (`status` and the events).
-//! Everything but [`fs`] and [`mount`] is plain Rust, unit-tested without a mount: the tree decides what every entry is, how long the kernel
-//! may keep it and how an open is served; the adapter only numbers inodes and handles
-//! and turns those answers into replies.
+//! Everything but [`fs`], [`mount`] and [`sentinel`] is plain Rust, unit-tested without
+//! a mount: the tree decides what every entry is, how long the kernel may keep it and
+//! how an open is served; the adapter only numbers inodes and handles and turns those
+//! answers into replies.
 //!
 //! # Threads
 //!
@@ -26,6 +27,9 @@
 //! | `litanyfs-history` | [`views`] | started once by `litanyfs-events` (at nice 19), then exits | reading the records and walking the branches |
 //! | `litanyfs-reap` | [`deposit::wake`] | a launched driver exiting (one per launch) | `waitpid` of that driver |
 //! | `litanyfs-render` | [`records`] (scoped, inside a request thread's render of a long `response.json`) | started per part, exits before the request replies | reading that part of the `response.json` |
+//!
+//! With `--auto-unmount` the daemon also starts one process, its [`sentinel`], which
+//! outlives it to unmount a mount it left dead.
 
 #[doc(hidden)]
 pub mod demo;
