@@ -562,9 +562,12 @@ fn wait_until_mounted(mnt: &Path, before_dev: u64) -> Result<(), String> {
 
 /// Runs the filesystem in this process until it is unmounted.
 pub fn run(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<(), MountError> {
-    let mut ready_pipe = std::env::var_os(READY_ENV).map(|_| {
-        // SAFETY: fd 1 is the readiness pipe the parent gave us; we take it over.
-        unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(libc::dup(1)) }
+    let mut ready_pipe = std::env::var_os(READY_ENV).and_then(|_| {
+        // Close-on-exec, so that no process the daemon starts holds the parent's pipe.
+        // SAFETY: fcntl on fd 1, the readiness pipe the parent gave us.
+        let fd = unsafe { libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3) };
+        // SAFETY: a new descriptor, which we take over.
+        (fd >= 0).then(|| unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
     });
     if ready_pipe.is_some() {
         redirect_stdout_to_null();

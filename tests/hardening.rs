@@ -399,6 +399,24 @@ fn kill_and_see_it_cleared(root: &Path, round: &str) {
         sentinel.len() == 1 && sentinel[0].contains("sentinel"),
         "round {round}: {sentinel:?}"
     );
+    // It holds the standard three and its pipe, nothing of the daemon's: a /dev/fuse
+    // descriptor there would keep the dead connection up.
+    let held: Vec<String> = std::fs::read_dir(format!(
+        "/proc/{}/fd",
+        sentinel[0].split(' ').next().unwrap()
+    ))
+    .unwrap()
+    .flatten()
+    .map(|e| {
+        let target = std::fs::read_link(e.path()).unwrap_or_default();
+        format!("{} {}", e.file_name().to_string_lossy(), target.display())
+    })
+    .collect();
+    assert_eq!(held.len(), 4, "round {round}: {held:?}");
+    assert!(
+        held.iter().filter(|h| h.contains("pipe:")).count() == 1,
+        "round {round}: {held:?}"
+    );
     // SAFETY: the daemon this test started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let cleared = eventually(Duration::from_secs(5), || !is_mounted(&m.mnt));
