@@ -101,10 +101,16 @@ pub fn watch(fd: RawFd, mnt: &Path) -> ExitCode {
         return ExitCode::FAILURE;
     }
     close_inherited(fd);
+    deafen();
     // SAFETY: the read end the daemon passed for this, not otherwise owned here.
     let pipe = unsafe { OwnedFd::from_raw_fd(fd) };
-    deafen();
-    wait_for_end(&pipe);
+    outlive(&pipe, mnt);
+    ExitCode::SUCCESS
+}
+
+/// Waits for the end of `pipe`, then detaches the mount at `mnt` if it is dead.
+fn outlive(pipe: &OwnedFd, mnt: &Path) {
+    wait_for_end(pipe);
     if mount::is_stale(mnt) {
         match mount::detach(mnt, true) {
             Ok(()) => log::warn!("{}: the daemon died; unmounted", mnt.display()),
@@ -114,7 +120,6 @@ pub fn watch(fd: RawFd, mnt: &Path) -> ExitCode {
             ),
         }
     }
-    ExitCode::SUCCESS
 }
 
 /// Closes every descriptor but the standard three and `keep`: whatever else the daemon's
@@ -184,15 +189,19 @@ mod tests {
         t.join().unwrap();
     }
 
+    // `watch` itself closes every other descriptor of its process and blocks signals,
+    // so only its refusal of a bad descriptor (before either) runs in the test process;
+    // the rest runs in a real sentinel (tests/hardening.rs).
     #[test]
     fn a_directory_that_is_no_dead_mount_is_left_alone() {
         let dir = tempfile::tempdir().unwrap();
         let mut fds = [0 as RawFd; 2];
         // SAFETY: as in start.
         assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        // SAFETY: the write end, closed at once so that the watch ends.
+        // SAFETY: new descriptors; the write end is closed at once, so the wait ends.
+        let read = unsafe { OwnedFd::from_raw_fd(fds[0]) };
         drop(unsafe { OwnedFd::from_raw_fd(fds[1]) });
-        assert_eq!(watch(fds[0], dir.path()), ExitCode::SUCCESS);
+        outlive(&read, dir.path());
         assert!(dir.path().is_dir());
         assert_eq!(watch(-1, dir.path()), ExitCode::FAILURE);
     }
