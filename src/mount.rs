@@ -562,13 +562,18 @@ fn wait_until_mounted(mnt: &Path, before_dev: u64) -> Result<(), String> {
 
 /// Runs the filesystem in this process until it is unmounted.
 pub fn run(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<(), MountError> {
-    let mut ready_pipe = std::env::var_os(READY_ENV).and_then(|_| {
+    let mut ready_pipe = None;
+    if std::env::var_os(READY_ENV).is_some() {
+        // What the caller of `litanyfs mount` held open is not the daemon's to keep: a
+        // pipe held here would keep its reader waiting for as long as the mount lives.
+        close_inherited(None);
         // Close-on-exec, so that no process the daemon starts holds the parent's pipe.
         // SAFETY: fcntl on fd 1, the readiness pipe the parent gave us.
         let fd = unsafe { libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3) };
         // SAFETY: a new descriptor, which we take over.
-        (fd >= 0).then(|| unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
-    });
+        ready_pipe =
+            (fd >= 0).then(|| unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+    }
     if ready_pipe.is_some() {
         redirect_stdout_to_null();
     }
@@ -577,6 +582,23 @@ pub fn run(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<(), MountError>
         let _ = writeln!(pipe, "{e}");
     }
     result
+}
+
+/// Closes every descriptor but the standard three and `keep`: what a process was started
+/// with beyond those and does not know of. Called before any thread opens anything.
+pub(crate) fn close_inherited(keep: Option<std::os::fd::RawFd>) {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<std::os::fd::RawFd> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in fds.into_iter().filter(|&fd| fd > 2 && Some(fd) != keep) {
+        // SAFETY: closing a descriptor nothing in this process owns (the listing's own
+        // is already closed, and answers EBADF).
+        unsafe { libc::close(fd) };
+    }
 }
 
 fn redirect_stdout_to_null() {

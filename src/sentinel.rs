@@ -100,7 +100,9 @@ pub fn watch(fd: RawFd, mnt: &Path) -> ExitCode {
         log::error!("sentinel of {}: no pipe at descriptor {fd}", mnt.display());
         return ExitCode::FAILURE;
     }
-    close_inherited(fd);
+    // Whatever else the daemon's process let cross the exec: a `/dev/fuse` among them
+    // would keep the dead connection up, and the sentinel waiting on its own mount.
+    mount::close_inherited(Some(fd));
     deafen();
     // SAFETY: the read end the daemon passed for this, not otherwise owned here.
     let pipe = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -119,24 +121,6 @@ fn outlive(pipe: &OwnedFd, mnt: &Path) {
                 mnt.display()
             ),
         }
-    }
-}
-
-/// Closes every descriptor but the standard three and `keep`: whatever else the daemon's
-/// process let cross the exec. A `/dev/fuse` among them would keep the dead connection
-/// up, and the sentinel waiting on its own mount.
-fn close_inherited(keep: RawFd) {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    let fds: Vec<RawFd> = dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    for fd in fds.into_iter().filter(|&fd| fd > 2 && fd != keep) {
-        // SAFETY: closing a descriptor nothing in this process owns (the listing's own
-        // is already closed, and answers EBADF).
-        unsafe { libc::close(fd) };
     }
 }
 

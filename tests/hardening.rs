@@ -316,6 +316,39 @@ fn auto_unmount_clears_the_mount_when_the_daemon_dies() {
 }
 
 #[test]
+fn the_daemon_keeps_nothing_its_caller_held_open() {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let w = workspace();
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two new descriptors, which the OwnedFds take over; the write
+    // end is left without close-on-exec, so `litanyfs mount` and its daemon inherit it,
+    // as they would any descriptor their caller holds.
+    let (read, write) = unsafe {
+        assert_eq!(libc::pipe2(fds.as_mut_ptr(), 0), 0);
+        assert_eq!(libc::fcntl(fds[0], libc::F_SETFD, libc::FD_CLOEXEC), 0);
+        (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
+    };
+    let m = Mounted::with_args(w.f.root(), &["--no-wake"]);
+    drop(write);
+    // The caller's pipe ends once what it started is done with it, and the daemon stays:
+    // it must not hold it, or whoever reads that pipe waits as long as the mount lives.
+    let mut p = libc::pollfd {
+        fd: read.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, 5000) };
+    assert!(
+        n == 1 && p.revents & libc::POLLHUP != 0,
+        "the pipe's write end is still held (poll {n}, revents {:#x})",
+        p.revents
+    );
+    assert!(m.daemon_pid().is_some_and(alive));
+    assert!(m.path("steps").is_dir());
+}
+
+#[test]
 fn auto_unmount_leaves_a_clean_unmount_and_the_next_mount_alone() {
     let w = workspace();
     let first = Mounted::with_args(w.f.root(), &["--auto-unmount", "--no-wake"]);
