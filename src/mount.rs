@@ -41,7 +41,7 @@ const READY_LINE: &str = "ready";
 /// How long a daemon waits for its own mount to answer before giving up.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// The running executable, whatever became of its path.
-pub(crate) const SELF_EXE: &str = "/proc/self/exe";
+const SELF_EXE: &str = "/proc/self/exe";
 /// The filesystem type shown in `/proc/mounts` (`fuse.litanyfs`).
 pub const SUBTYPE: &str = "litanyfs";
 /// Threads serving requests unless `--threads` says otherwise: enough that a slow request
@@ -425,6 +425,38 @@ pub fn default_log_file(mnt: &Path) -> Result<PathBuf, MountError> {
     Ok(log_dir()?.join(format!("{name}.log")))
 }
 
+/// A command that runs this binary detached: in a session of its own, and the child of an
+/// intermediate that exits at once (waiting for the spawned child reaps it), so nothing
+/// has to reap the process itself. `inherit` is a descriptor that crosses the exec. The
+/// binary is the running one even if its file was replaced since it started (an upgrade,
+/// a rebuild): its path would then name another file, or none.
+pub(crate) fn detached_self(inherit: Option<std::os::fd::RawFd>) -> Command {
+    let mut cmd = Command::new(SELF_EXE);
+    if let Ok(exe) = std::env::current_exe() {
+        cmd.arg0(exe);
+    }
+    // SAFETY: only async-signal-safe calls (fcntl, setsid, fork, _exit) run between fork
+    // and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(fd) = inherit
+                && libc::fcntl(fd, libc::F_SETFD, 0) < 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            match libc::fork() {
+                -1 => Err(std::io::Error::last_os_error()),
+                0 => Ok(()),
+                _ => libc::_exit(0),
+            }
+        });
+    }
+    cmd
+}
+
 /// `litanyfs mount` without `--foreground`: checks, starts the daemon, and returns once
 /// it reports that the mount answers.
 pub fn spawn_daemon(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<PathBuf, MountError> {
@@ -442,12 +474,8 @@ pub fn spawn_daemon(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<PathBu
         .append(true)
         .open(&log_path)
         .map_err(|e| MountError::Io(log_path.display().to_string(), e))?;
-    let exe = std::env::current_exe().map_err(|e| MountError::Io("current_exe".into(), e))?;
-    // The running binary itself, even if its file was replaced since it started (an
-    // upgrade, a rebuild): its path would then name another file, or none.
-    let mut cmd = Command::new(SELF_EXE);
-    cmd.arg0(&exe)
-        .arg("mount")
+    let mut cmd = detached_self(None);
+    cmd.arg("mount")
         .args(
             MountOptions {
                 foreground: true,
@@ -462,19 +490,6 @@ pub fn spawn_daemon(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<PathBu
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log);
-    // SAFETY: only async-signal-safe calls (setsid, fork, _exit) run between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            match libc::fork() {
-                -1 => Err(std::io::Error::last_os_error()),
-                0 => Ok(()),
-                _ => libc::_exit(0),
-            }
-        });
-    }
     let mut child = cmd
         .spawn()
         .map_err(|e| MountError::Io("starting the daemon".into(), e))?;

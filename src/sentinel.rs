@@ -20,11 +20,10 @@
 //! sentinel detaches it as the next `litanyfs mount` there would ([`mount::detach`]).
 //! It needs no privilege a user's own mount lacks, and no `allow_other`.
 
-use std::io;
+use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{ExitCode, Stdio};
 use std::sync::OnceLock;
 
 use crate::mount;
@@ -34,44 +33,21 @@ const SUBCOMMAND: &str = "sentinel";
 
 /// The daemon's end of the pipe: never closed but by the daemon's exit, which is what
 /// the sentinel waits for.
-static DAEMON_END: OnceLock<OwnedFd> = OnceLock::new();
+static DAEMON_END: OnceLock<io::PipeWriter> = OnceLock::new();
 
 /// Starts the sentinel of the mount at `mnt`, which this process serves. It is left to
 /// run alone (its parent exits at once), so nothing here has to reap it.
 pub fn start(mnt: &Path) -> io::Result<()> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2 fills two descriptors, both close-on-exec.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: two new descriptors, owned by nothing else.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let read_fd = read.as_raw_fd();
-    let mut cmd = Command::new(mount::SELF_EXE);
-    if let Ok(exe) = std::env::current_exe() {
-        cmd.arg0(exe);
-    }
+    // Both ends close-on-exec: only the sentinel is given the read end.
+    let (read, write) = io::pipe()?;
+    let mut cmd = mount::detached_self(Some(read.as_raw_fd()));
     cmd.arg(SUBCOMMAND)
-        .arg(read_fd.to_string())
+        .arg(read.as_raw_fd().to_string())
         .arg("--")
         .arg(mnt)
         .current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::null());
-    // SAFETY: only async-signal-safe calls (fcntl, setsid, fork, _exit) run between fork
-    // and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::fcntl(read_fd, libc::F_SETFD, 0) < 0 || libc::setsid() < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            match libc::fork() {
-                -1 => Err(io::Error::last_os_error()),
-                0 => Ok(()),
-                _ => libc::_exit(0),
-            }
-        });
-    }
     cmd.spawn()?.wait()?;
     if DAEMON_END.set(write).is_err() {
         return Err(io::Error::other("a sentinel was already started"));
@@ -105,13 +81,13 @@ pub fn watch(fd: RawFd, mnt: &Path) -> ExitCode {
     mount::close_inherited(Some(fd));
     deafen();
     // SAFETY: the read end the daemon passed for this, not otherwise owned here.
-    let pipe = unsafe { OwnedFd::from_raw_fd(fd) };
-    outlive(&pipe, mnt);
+    let pipe = io::PipeReader::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    outlive(pipe, mnt);
     ExitCode::SUCCESS
 }
 
 /// Waits for the end of `pipe`, then detaches the mount at `mnt` if it is dead.
-fn outlive(pipe: &OwnedFd, mnt: &Path) {
+fn outlive(pipe: impl Read, mnt: &Path) {
     wait_for_end(pipe);
     if mount::is_stale(mnt) {
         match mount::detach(mnt, true) {
@@ -136,13 +112,13 @@ fn deafen() {
 }
 
 /// Reads the pipe until end-of-file (or an error that is not an interruption).
-fn wait_for_end(pipe: &OwnedFd) {
+fn wait_for_end(mut pipe: impl Read) {
     let mut buf = [0u8; 64];
     loop {
-        // SAFETY: reads into a live buffer of the given length.
-        let n = unsafe { libc::read(pipe.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n == 0 || (n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted) {
-            return;
+        match pipe.read(&mut buf) {
+            Ok(0) => return,
+            Err(e) if e.kind() != io::ErrorKind::Interrupted => return,
+            _ => {}
         }
     }
 }
@@ -153,14 +129,10 @@ mod tests {
 
     #[test]
     fn the_pipe_ends_when_its_writer_goes_and_not_before() {
-        let mut fds = [0 as RawFd; 2];
-        // SAFETY: as in start.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        // SAFETY: new descriptors.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (read, write) = io::pipe().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let t = std::thread::spawn(move || {
-            wait_for_end(&read);
+            wait_for_end(read);
             tx.send(()).unwrap();
         });
         assert!(
@@ -179,13 +151,9 @@ mod tests {
     #[test]
     fn a_directory_that_is_no_dead_mount_is_left_alone() {
         let dir = tempfile::tempdir().unwrap();
-        let mut fds = [0 as RawFd; 2];
-        // SAFETY: as in start.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        // SAFETY: new descriptors; the write end is closed at once, so the wait ends.
-        let read = unsafe { OwnedFd::from_raw_fd(fds[0]) };
-        drop(unsafe { OwnedFd::from_raw_fd(fds[1]) });
-        outlive(&read, dir.path());
+        let (read, write) = io::pipe().unwrap();
+        drop(write);
+        outlive(read, dir.path());
         assert!(dir.path().is_dir());
         assert_eq!(watch(-1, dir.path()), ExitCode::FAILURE);
     }

@@ -457,11 +457,7 @@ fn kill_and_see_it_cleared(root: &Path, round: &str) {
         cleared,
         "round {round}: still mounted after SIGKILL with --auto-unmount: daemon {pid} {}; \
          standing by: {:?}",
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            "dying"
-        } else {
-            "gone"
-        },
+        if alive(pid) { "still running" } else { "gone" },
         standing()
     );
     assert!(
