@@ -109,6 +109,69 @@ fn a_shell_writing_through_one_descriptor_sends_one_message_at_the_last_close() 
     }
 }
 
+/// Issue 38, item 1: while a writer holds a message half-written, readers (`cat`,
+/// `grep -r`, Python's `open(..., "r")`) and a second writable open that writes nothing
+/// close and are released without sending it; the message arrives whole, once, at the
+/// writer's own close.
+#[test]
+fn readers_and_a_second_opener_never_send_a_half_written_message() {
+    let w = workspace();
+    let m = mount(&w);
+    let f = m.path(&format!("inbox/{A}/half"));
+    // The writer writes the first half, says so, and waits for a line before the rest.
+    let mut writer = Command::new("python3")
+        .arg("-c")
+        .arg(concat!(
+            "import sys\n",
+            "f = open(sys.argv[1], 'w')\n",
+            "f.write('first half\\n'); f.flush()\n",
+            "print('ready', flush=True)\n",
+            "sys.stdin.readline()\n",
+            "f.write('second half\\n'); f.close()\n",
+            "print('closed', flush=True)\n",
+        ))
+        .arg(&f)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(writer.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    // A half-written draft is its writer's alone.
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&f).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let cat = Command::new("cat").arg(&f).output().unwrap();
+    assert_eq!(cat.stdout, b"first half\n");
+    let grep = Command::new("grep")
+        .args(["-r", "half"])
+        .arg(m.path("inbox"))
+        .output()
+        .unwrap();
+    assert!(grep.status.success(), "{grep:?}");
+    python("open(__import__('sys').argv[1]).read()", &[&f]);
+    // A second writable open that writes nothing joins the message and sends nothing.
+    python("open(__import__('sys').argv[1], 'a').close()", &[&f]);
+    assert!(
+        bodies(&w).is_empty(),
+        "a reader's close sent half a message: {:?}",
+        bodies(&w)
+    );
+    writer.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(
+        line, "closed\n",
+        "the writer's second write or close failed"
+    );
+    assert!(writer.wait().unwrap().success());
+    assert_eq!(bodies(&w), [b"first half\nsecond half\n".to_vec()]);
+}
+
 #[test]
 fn a_writer_killed_by_a_signal_sends_nothing() {
     let w = workspace();

@@ -385,39 +385,37 @@ impl Filesystem for Fs {
     ) {
         guarded("release", || {
             if let Some(h) = self.handles.remove(fh.0)
-                && let Handle {
-                    content: Content::Draft(_),
-                    ..
-                } = &*h
                 && let Ok((node, _)) = self.node(ino)
             {
-                self.tree.release(&node);
+                self.tree.release(&node, &h.content);
             }
             reply.ok();
         })
     }
 
-    /// Each `close(2)`: the last close of a draft deposits it now, so that it hears
-    /// whether that worked.
+    /// Each `close(2)`: the last close of a draft's writers deposits it now, so that it
+    /// hears whether that worked.
     fn flush(
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         let pid = req.pid();
         guarded("flush", || {
-            match self.node(ino).and_then(|(n, _)| {
-                self.tree.flush(
-                    &n,
-                    Some(Closer {
-                        tid: pid,
-                        ino: ino.0,
-                    }),
-                )
-            }) {
+            let Some(h) = self.handles.get(fh.0) else {
+                return reply.error(Errno::EBADF);
+            };
+            let closer = Closer {
+                tid: pid,
+                ino: ino.0,
+            };
+            match self
+                .node(ino)
+                .and_then(|(n, _)| self.tree.close(&n, &h.content, closer))
+            {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(refuse("close", &e)),
             }

@@ -97,6 +97,9 @@ pub struct DraftState {
     /// The errno of the last attempt to send it that failed, for a close that waited
     /// while another made that attempt.
     pub failed: Option<i32>,
+    /// Writable open file descriptions on it not yet released. Only these decide its
+    /// fate: a reader's open, close and release never send, cut or drop it.
+    writables: usize,
     /// Bytes of `buf` counted in `bytes`: live ones while being written, an alias's
     /// once sent.
     counted: usize,
@@ -119,9 +122,22 @@ impl DraftState {
             last_used: Instant::now(),
             hands: Hands::default(),
             failed: None,
+            writables: 0,
             counted: 0,
             bytes,
         }
+    }
+
+    /// A writable description of it was opened.
+    pub fn opened_writable(&mut self) {
+        self.writables += 1;
+    }
+
+    /// A writable description of it was released; whether it was the last one, so that
+    /// whatever no close decided is decided now.
+    pub fn released_writable(&mut self) -> bool {
+        self.writables = self.writables.saturating_sub(1);
+        self.writables == 0
     }
 
     pub fn buf(&self) -> &[u8] {
@@ -364,6 +380,15 @@ pub enum Refused {
     TooLarge { len: u64, max: u64 },
     /// The messages being written hold [`DRAFT_BYTES`] together.
     NoSpace,
+}
+
+/// One open file description of a draft, as the tree serves it.
+#[derive(Debug)]
+pub struct DraftOpen {
+    pub draft: Arc<Draft>,
+    /// Opened for writing (or truncating): only such a description has a say in whether
+    /// and when the message goes.
+    pub writable: bool,
 }
 
 #[derive(Debug)]

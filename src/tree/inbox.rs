@@ -12,7 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::drafts::{self, Draft, DraftError, DraftState, Gone, Refused, Verdict};
+use super::drafts::{self, Draft, DraftError, DraftOpen, DraftState, Gone, Refused, Verdict};
 use super::node::{Backed, DraftNode};
 use super::{Attr, Child, Content, DRAFT_PERM, Deposits, ErrorKind, FILE_PERM, Identity, Kind};
 use super::{Closer, NAME_MAX, Node, Tree, TreeError};
@@ -184,18 +184,34 @@ impl Tree {
                 self.opened_by(&mut st, by);
                 drop(st);
                 self.drafts.touch(&d.agent);
-                return Ok(Content::Draft(d));
-            }
-            self.opened_by(&mut st, by);
-            if truncate {
-                st.truncate(0).map_err(|why| refused_error(node, why))?;
+            } else {
+                if truncate {
+                    st.truncate(0).map_err(|why| refused_error(node, why))?;
+                }
+                self.opened_by(&mut st, by);
             }
         }
-        Ok(Content::Draft(d))
+        Ok(Content::Draft(DraftOpen {
+            draft: d,
+            writable: true,
+        }))
     }
 
     fn opened_by(&self, st: &mut DraftState, tid: u32) {
         st.hands.held(tid);
+        st.opened_writable();
+    }
+
+    /// A `close(2)` of `content`, opened from `node`, by `closer`. Only a writable
+    /// description's close decides a draft (see [`Tree::flush`]): a reader's close (`cat`,
+    /// `grep -r`, an editor's preview) answers at once and decides nothing.
+    pub fn close(&self, node: &Node, content: &Content, closer: Closer) -> Result<(), TreeError> {
+        match content {
+            Content::Draft(DraftOpen {
+                writable: false, ..
+            }) => Ok(()),
+            _ => self.flush(node, Some(closer)),
+        }
     }
 
     /// Writes `data` at `offset` into a draft for thread `tid`; refuses past the size
@@ -440,10 +456,22 @@ impl Tree {
         }
     }
 
-    /// The last handle on a draft closed: whatever no close decided is decided now
-    /// (errors can only be logged). The alias grace runs from the deposit (or a later
-    /// change of times or mode), not from reads, so a reader cannot keep an alias alive.
-    pub fn release(&self, node: &Node) {
+    /// An open file description of `content`, opened from `node`, was released. When it
+    /// was a draft's last writable one, whatever no close decided is decided now (errors
+    /// can only be logged). A reader's release decides nothing, and the alias grace runs
+    /// from the deposit (or a later change of times or mode), not from reads, so a reader
+    /// cannot keep an alias alive either.
+    pub fn release(&self, node: &Node, content: &Content) {
+        let Content::Draft(DraftOpen {
+            draft,
+            writable: true,
+        }) = content
+        else {
+            return;
+        };
+        if !draft.state.lock().released_writable() {
+            return;
+        }
         match self.flush(node, None) {
             // Sent and its alias already forgotten: nothing was left to decide.
             Err(e) if matches!(e.kind, ErrorKind::NotFound) => {}
@@ -481,7 +509,9 @@ impl Tree {
             st.mtime = t;
         }
         if let Some(p) = perm {
-            st.perm = p & 0o7777;
+            // Never more than DRAFT_PERM: chmod and `cp -p` may narrow a draft's mode,
+            // not open it to others.
+            st.perm = p & DRAFT_PERM;
         }
         st.ctime = SystemTime::now();
         st.last_used = std::time::Instant::now();

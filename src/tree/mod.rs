@@ -56,16 +56,18 @@ use crate::workspace::Workspace;
 use crate::workspace::backing::Backing;
 use crate::workspace::refs::{Refs, Snapshot};
 use crate::workspace::shared_path::SharedPath;
-use drafts::{Draft, Drafts};
+use drafts::{DraftOpen, Drafts};
 
 /// Permission bits of what the view shows: records and git content are read-only.
 pub const FILE_PERM: u16 = 0o444;
 pub const EXEC_PERM: u16 = 0o555;
 pub const DIR_PERM: u16 = 0o555;
 pub const LINK_PERM: u16 = 0o777;
-/// An inbox directory that takes deposits, and a draft being written.
+/// An inbox directory that takes deposits.
 pub const INBOX_DIR_PERM: u16 = 0o755;
-pub const DRAFT_PERM: u16 = 0o644;
+/// A draft being written: its writer's alone, whatever `chmod` asks (a half-written
+/// message is nobody else's to read, and another user's write would join it).
+pub const DRAFT_PERM: u16 = 0o600;
 /// The default bound of the page cache (`--cache-bytes`).
 pub const DEFAULT_PAGE_CACHE_BYTES: usize = 64 << 20;
 /// Extended attributes of pages and streams.
@@ -206,7 +208,7 @@ pub enum Content {
     /// Bytes derived when the file was opened (git blobs, marks, pages).
     Bytes(Arc<Vec<u8>>),
     /// A message being written through the mount.
-    Draft(Arc<Draft>),
+    Draft(DraftOpen),
     /// A whole decoded stream of a tool capture, read through the page cache.
     Stream {
         file: File,
@@ -683,7 +685,12 @@ impl Tree {
             Node::Backing(b) => self.backing_open(node, b),
             Node::Capture(c) => self.capture_open(node, c),
             Node::Git(g) => self.git_open(node, g),
-            Node::Draft(d) => self.draft(node, d).map(Content::Draft),
+            Node::Draft(d) => self.draft(node, d).map(|draft| {
+                Content::Draft(DraftOpen {
+                    draft,
+                    writable: false,
+                })
+            }),
             Node::Record(v) => self.record_open(node, v),
             Node::View(v) => Ok(self.view_open(*v)),
         }
@@ -728,7 +735,7 @@ impl Tree {
                 Ok(())
             }
             Content::Draft(d) => {
-                slice(d.state.lock().buf(), out);
+                slice(d.draft.state.lock().buf(), out);
                 Ok(())
             }
             Content::Stream { file, key, stream } => {

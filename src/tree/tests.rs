@@ -589,19 +589,84 @@ fn sent(f: &Fixture) -> Vec<String> {
     v
 }
 
-fn draft(tree: &Tree, name: &str, by: u32) -> Node {
+/// A new draft `name`, created and opened for writing by `by`: its node, and the open
+/// description (for its release).
+fn draft(tree: &Tree, name: &str, by: u32) -> (Node, Content) {
     let (inbox, _) = resolve(tree, &format!("inbox/{A}")).unwrap();
     let (node, attr) = tree.create(&inbox, OsStr::new(name)).unwrap();
     let mode = OpenMode::Write {
         truncate: false,
         by,
     };
-    tree.open(&node, &attr.identity, mode).unwrap();
-    node
+    let opened = tree.open(&node, &attr.identity, mode).unwrap();
+    (node, opened.content)
 }
 
 fn close(tree: &Tree, node: &Node, tid: u32) -> Result<(), TreeError> {
     tree.flush(node, Some(Closer { tid, ino: INO }))
+}
+
+#[test]
+fn a_reader_never_sends_and_a_second_writer_joins_the_message() {
+    use crate::witness::fake;
+    let (_t, f, tree, proc) = deposit_setup();
+    // Process 50 writes the first half and keeps the file open.
+    fake::process(&proc, 50, None, &[(3, WR, MOUNT, INO)], &[]).unwrap();
+    let (node, writer) = draft(&tree, "half", 50);
+    tree.write(&node, 0, b"first half;", 50).unwrap();
+    // `cat` (51) opens it read-only, reads, closes, and its description is released.
+    fake::process(
+        &proc,
+        51,
+        None,
+        &[(3, libc::O_RDONLY as u32, MOUNT, INO)],
+        &[],
+    )
+    .unwrap();
+    let attr = tree.getattr(&node).unwrap();
+    assert_eq!(attr.perm, 0o600, "a draft is its writer's alone");
+    let reader = tree.open(&node, &attr.identity, OpenMode::Read).unwrap();
+    assert_eq!(read(&tree, &format!("inbox/{A}/half")), b"first half;");
+    tree.close(&node, &reader.content, Closer { tid: 51, ino: INO })
+        .unwrap();
+    tree.release(&node, &reader.content);
+    assert!(sent(&f).is_empty(), "a reader sent a half-written message");
+    // A second, separate writable open (52) joins the same message.
+    fake::process(&proc, 52, None, &[(4, WR, MOUNT, INO)], &[]).unwrap();
+    let mode = OpenMode::Write {
+        truncate: false,
+        by: 52,
+    };
+    let second = tree.open(&node, &attr.identity, mode).unwrap();
+    tree.write(&node, 11, b"second half", 50).unwrap();
+    // The first writer closes while the second still holds it: nothing yet.
+    fake::process(&proc, 50, None, &[], &[]).unwrap();
+    close(&tree, &node, 50).unwrap();
+    tree.release(&node, &writer);
+    assert!(sent(&f).is_empty(), "sent while a second writer held it");
+    // chmod cannot open it to others.
+    tree.set_meta(&node, None, None, Some(0o666)).unwrap();
+    assert_eq!(tree.getattr(&node).unwrap().perm, 0o600);
+    // The last writer's close sends it, once.
+    fake::process(&proc, 52, None, &[], &[]).unwrap();
+    close(&tree, &node, 52).unwrap();
+    tree.release(&node, &second.content);
+    assert_eq!(sent(&f), ["first half;second half"]);
+}
+
+#[test]
+fn the_last_writable_release_decides_what_no_close_did() {
+    let (_t, f, tree, _proc) = deposit_setup();
+    // No close was seen (a writer whose close the witness could not attribute): the
+    // release of a reader decides nothing, that of the last writable description sends.
+    let (node, writer) = draft(&tree, "m", 60);
+    tree.write(&node, 0, b"whole", 60).unwrap();
+    let attr = tree.getattr(&node).unwrap();
+    let reader = tree.open(&node, &attr.identity, OpenMode::Read).unwrap();
+    tree.release(&node, &reader.content);
+    assert!(sent(&f).is_empty());
+    tree.release(&node, &writer);
+    assert_eq!(sent(&f), ["whole"]);
 }
 
 #[test]
@@ -610,7 +675,7 @@ fn the_write_path_sends_at_the_last_close_only() {
     let (_t, f, tree, proc) = deposit_setup();
     // Process 10 opened and wrote; a dup of it is still open in 10 itself.
     fake::process(&proc, 10, None, &[(3, WR, MOUNT, INO)], &[]).unwrap();
-    let node = draft(&tree, "m", 10);
+    let (node, writer) = draft(&tree, "m", 10);
     tree.write(&node, 0, b"a\n", 10).unwrap();
     close(&tree, &node, 10).unwrap();
     assert!(sent(&f).is_empty(), "sent at a dup's close");
@@ -631,7 +696,7 @@ fn the_write_path_sends_at_the_last_close_only() {
     assert_eq!(sent(&f), ["a\nb\n"]);
     // Sent: further closes and the release change nothing; writes are refused.
     close(&tree, &node, 10).unwrap();
-    tree.release(&node);
+    tree.release(&node, &writer);
     assert_eq!(sent(&f).len(), 1);
     assert_eq!(
         tree.write(&node, 4, b"c", 10).unwrap_err().errno(),
@@ -645,7 +710,7 @@ fn a_forked_child_holds_the_message_until_it_closes() {
     let (_t, f, tree, proc) = deposit_setup();
     fake::process(&proc, 20, None, &[], &[21]).unwrap();
     fake::process(&proc, 21, None, &[(1, WR, MOUNT, INO)], &[]).unwrap();
-    let node = draft(&tree, "m", 20);
+    let (node, _) = draft(&tree, "m", 20);
     tree.write(&node, 0, b"parent;", 20).unwrap();
     close(&tree, &node, 20).unwrap();
     assert!(sent(&f).is_empty(), "the child still holds it");
@@ -664,7 +729,7 @@ fn a_killed_writer_drops_the_message_and_a_killed_bystander_does_not() {
     // A `sleep` (31) that never wrote is killed; the writer (30) then closes.
     fake::process(&proc, 30, None, &[(1, WR, MOUNT, INO)], &[31]).unwrap();
     fake::process(&proc, 31, Some(libc::SIGTERM), &[], &[]).unwrap();
-    let node = draft(&tree, "kept", 30);
+    let (node, _) = draft(&tree, "kept", 30);
     tree.write(&node, 0, b"whole", 30).unwrap();
     close(&tree, &node, 31).unwrap();
     assert!(sent(&f).is_empty());
@@ -674,7 +739,7 @@ fn a_killed_writer_drops_the_message_and_a_killed_bystander_does_not() {
     // The writer (32) killed while its child (33) still holds the file.
     fake::process(&proc, 32, None, &[], &[33]).unwrap();
     fake::process(&proc, 33, None, &[(1, WR, MOUNT, INO)], &[]).unwrap();
-    let node = draft(&tree, "half", 32);
+    let (node, writer) = draft(&tree, "half", 32);
     tree.write(&node, 0, b"half a mess", 32).unwrap();
     fake::process(&proc, 32, Some(libc::SIGKILL), &[], &[33]).unwrap();
     close(&tree, &node, 32).unwrap();
@@ -682,7 +747,7 @@ fn a_killed_writer_drops_the_message_and_a_killed_bystander_does_not() {
     // The child's normal close later sends nothing either.
     fake::process(&proc, 33, Some(0), &[], &[]).unwrap();
     close(&tree, &node, 33).unwrap();
-    tree.release(&node);
+    tree.release(&node, &writer);
     assert_eq!(sent(&f), ["whole"]);
     // The name, rewritten with O_TRUNC, starts a new message.
     let (n2, attr) = resolve(&tree, &format!("inbox/{A}/half")).unwrap();
@@ -701,7 +766,7 @@ fn a_cut_message_goes_unsent_at_its_last_close_with_the_refusal() {
     use crate::witness::fake;
     let (_t, f, tree, proc) = deposit_setup();
     fake::process(&proc, 40, None, &[(5, WR, MOUNT, INO)], &[]).unwrap();
-    let node = draft(&tree, "big", 40);
+    let (node, _) = draft(&tree, "big", 40);
     let max = crate::deposit::DEFAULT_MAX_MESSAGE_BYTES as u64;
     tree.write(&node, 0, b"x", 40).unwrap();
     let e = tree.write(&node, max, b"y", 40).unwrap_err();
