@@ -1,7 +1,7 @@
 //! The close rule, on a real mount: a message is deposited once, at the close of the last
 //! descriptor on it (dups, forked children and exec'ed programs count), and never when a
 //! process that wrote to it was killed by a signal holding it. Each writer of the table
-//! in the README deposits exactly what is listed, byte for byte, and nothing else.
+//! in doc/SEMANTICS.md deposits exactly what is listed, byte for byte, and nothing else.
 
 mod common;
 

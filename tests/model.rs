@@ -5,10 +5,11 @@
 //!
 //! The model mirrors the backing tree entry by entry (every file, directory and symlink
 //! under `steps/` and `inbox/`, `.tmp` files and debris included) and the refs (agents with
-//! their committed trees, marks under both mark roots). [`Model::view`] applies the
-//! README's rules to it and yields every path the mount must show, with what each must
-//! list, hold or point to. Reads poll until the mount agrees (the mount promises changes
-//! within a second) and fail with the seed, the step, the recent ops and expected vs got.
+//! their committed trees, marks under both mark roots). [`Model::view`] applies the rules
+//! of the tree (README.md, doc/SEMANTICS.md) to it and yields every path the mount must
+//! show, with what each must list, hold or point to. Reads poll until the mount agrees
+//! (the mount promises changes within a second) and fail with the seed, the step, the
+//! recent ops and expected vs got.
 //!
 //! Operations: the harness's writes (new step directories with records, appends to
 //! `response.json` and `driver.log`, `output.json` and `input.json` written through a
@@ -1885,7 +1886,7 @@ fn small_workspace() -> (tempfile::TempDir, Fixture) {
     (t, f)
 }
 
-/// README, Identity: "A backing file keeps its inode number for as long as it exists".
+/// doc/SEMANTICS.md, Identity: "A backing file keeps its inode number for as long as it exists".
 /// It does not when the harness appends to it (found by the model: seed 4, step 91, with
 /// `LITANYFS_MODEL_KNOWN_BUGS=1`). Every inotify event on a file (here `IN_MODIFY` and
 /// `IN_CLOSE_WRITE`) makes `Invalidator::apply` (src/fs/mod.rs) call `inval_entry` on its
