@@ -38,6 +38,7 @@ pub mod deposit;
 pub mod fixture;
 pub mod fs;
 pub mod helper;
+pub mod home;
 pub mod inotify;
 pub mod kernel;
 mod lru;

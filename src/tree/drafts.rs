@@ -438,10 +438,14 @@ pub fn is_private(name: &OsStr) -> bool {
 
 type Key = (String, OsString);
 
+/// The last number given to a draft: one count for the whole process, so that a draft's
+/// number (its identity, [`crate::tree::Identity::Draft`]) is unique across every
+/// workspace a home mount serves.
+static LAST_DRAFT: AtomicU64 = AtomicU64::new(0);
+
 /// The drafts of every inbox, by agent and name.
 #[derive(Default)]
 pub struct Drafts {
-    next: AtomicU64,
     index: Mutex<Index>,
     /// When each inbox's set of listed drafts last changed: part of the directory's
     /// mtime, which is how the kernel learns its cached listing is stale.
@@ -525,7 +529,7 @@ impl Drafts {
             }
         }
         let draft = Arc::new(Draft {
-            id: self.next.fetch_add(1, Ordering::Relaxed) + 1,
+            id: LAST_DRAFT.fetch_add(1, Ordering::Relaxed) + 1,
             agent: agent.to_string(),
             name: Mutex::new(name.to_os_string()),
             state: Mutex::new(DraftState::new(perm, self.bytes.clone())),

@@ -66,6 +66,16 @@ impl TreeError {
         }
     }
 
+    /// The same refusal, its path made mount-relative for a workspace shown at `ws`.
+    pub fn under(mut self, ws: &str) -> Self {
+        self.path = if self.path == "." {
+            ws.to_string()
+        } else {
+            format!("{ws}/{}", self.path)
+        };
+        self
+    }
+
     pub fn not_found(path: impl Into<String>) -> Self {
         Self::new(path, ErrorKind::NotFound)
     }

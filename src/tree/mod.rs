@@ -33,7 +33,8 @@ mod views;
 
 pub use error::{ErrorKind, TreeError};
 pub use node::{
-    Backed, Capture, DraftNode, GitNode, MARKS_DIR, Node, Place, RecordView, TOP_LEVEL, ViewFile,
+    Backed, Capture, DraftNode, GitNode, HomeNode, MARKS_DIR, Node, Place, RecordView, TOP_LEVEL,
+    ViewFile,
 };
 pub use records::{DEFAULT_RECORDS_CACHE_BYTES, LATEST, RESPONSE_MD, TRANSCRIPT_MD, derived_from};
 
@@ -362,6 +363,13 @@ impl Tree {
         self
     }
 
+    /// Serves `views` (which someone else already follows, as a home does) instead of
+    /// its own. Before [`Tree::confined_to`], which makes confined ones anew.
+    pub fn sharing_views(mut self, views: Arc<Views>) -> Self {
+        self.views = views;
+        self
+    }
+
     /// Bounds what the page cache keeps, and what the renderings keep, in bytes (each).
     pub fn with_cache_bytes(mut self, bytes: usize) -> Self {
         self.pages = PageCache::new(bytes);
@@ -443,6 +451,8 @@ impl Tree {
             Node::Draft(d) => self.draft_attr(node, d),
             Node::Record(v) => self.record_attr(node, v),
             Node::View(v) => Ok(self.view_attr(node, *v)),
+            // A home's own nodes are the home's to answer (crate::home).
+            Node::Home(_) => Err(TreeError::not_found(node.path())),
         }
     }
 
@@ -564,6 +574,7 @@ impl Tree {
             Node::Capture(_) | Node::Draft(_) | Node::Record(_) | Node::View(_) => {
                 Err(TreeError::new(parent.path(), ErrorKind::NotDir))
             }
+            Node::Home(_) => Err(TreeError::not_found(parent.join(name))),
         }
     }
 
@@ -604,6 +615,7 @@ impl Tree {
             Node::Capture(_) | Node::Draft(_) | Node::Record(_) | Node::View(_) => {
                 Err(TreeError::new(node.path(), ErrorKind::NotDir))
             }
+            Node::Home(_) => Err(TreeError::not_found(node.path())),
         }
     }
 
@@ -693,6 +705,7 @@ impl Tree {
             }),
             Node::Record(v) => self.record_open(node, v),
             Node::View(v) => Ok(self.view_open(*v)),
+            Node::Home(_) => Err(TreeError::not_found(node.path())),
         }
     }
 

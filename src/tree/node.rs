@@ -60,6 +60,18 @@ pub enum Node {
     Draft(Arc<DraftNode>),
     Record(Arc<RecordView>),
     View(ViewFile),
+    /// A node of a home mount outside any one workspace's tree, or a node of one of its
+    /// workspaces ([`crate::home`]). A workspace's tree never sees one.
+    Home(Arc<HomeNode>),
+}
+
+/// What a home mount adds around its workspaces' trees ([`crate::home`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum HomeNode {
+    /// A directory of workspaces below the home's root (`world/`, `replays/`).
+    Shelf(&'static str),
+    /// `node` of the workspace shown at mount-relative directory `ws`.
+    In { ws: Arc<str>, node: Node },
 }
 
 /// The files at the root that show the workspace at a glance ([`crate::views`]).
@@ -396,6 +408,14 @@ impl Node {
                 }
             },
             Node::View(v) => v.name().into(),
+            Node::Home(h) => match &**h {
+                HomeNode::Shelf(s) => (*s).into(),
+                HomeNode::In {
+                    ws,
+                    node: Node::Root,
+                } => ws.to_string(),
+                HomeNode::In { ws, node } => format!("{ws}/{}", node.path()),
+            },
         }
     }
 

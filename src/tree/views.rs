@@ -15,8 +15,16 @@ use super::{Attr, Content, Kind, Node, Tree, TreeError};
 use crate::views::Rendering;
 
 impl ViewFile {
+    /// Every view file, in listing order.
+    pub const ALL: [ViewFile; 4] = [
+        ViewFile::Status,
+        ViewFile::StatusJson,
+        ViewFile::Events,
+        ViewFile::EventsNdjson,
+    ];
+
     /// The log rendering an events file reads; `None` for a status file.
-    fn rendering(self) -> Option<Rendering> {
+    pub fn rendering(self) -> Option<Rendering> {
         match self {
             ViewFile::Events => Some(Rendering::Text),
             ViewFile::EventsNdjson => Some(Rendering::Ndjson),

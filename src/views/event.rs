@@ -115,6 +115,16 @@ impl Event {
         self
     }
 
+    /// The same event as a home mount's root shows it: its workspace `ws` first among
+    /// its fields, its path under the workspace's directory.
+    pub fn in_workspace(mut self, ws: &str) -> Self {
+        self.fields.insert(0, ("workspace", ws.into()));
+        if let Some(p) = &mut self.path {
+            *p = format!("{ws}/{p}");
+        }
+        self
+    }
+
     /// The value of field `key`, if the event has it.
     pub fn field(&self, key: &str) -> Option<&Value> {
         self.fields.iter().find(|(k, _)| *k == key).map(|(_, v)| v)

@@ -159,6 +159,8 @@ pub struct Views {
     /// The length of the last `status` and `status.json` made: what a `stat` says
     /// before an open makes a new one (reads are direct, so a reader always gets all).
     status_lens: [AtomicU64; 2],
+    /// On a home mount, the root's log, which shows every event of this workspace too.
+    tee: Mutex<Option<(Arc<EventLog>, Arc<str>)>>,
 }
 
 impl Views {
@@ -177,7 +179,23 @@ impl Views {
             status_lens: Default::default(),
             refs_watched: AtomicBool::new(false),
             refs_moved: AtomicBool::new(true),
+            tee: Mutex::new(None),
         })
+    }
+
+    /// From now on every event logged here is also logged in `log` (a home mount's root
+    /// log), as the root shows it: naming workspace `ws`, its path under `ws/`.
+    pub fn tee_to(&self, log: Arc<EventLog>, ws: Arc<str>) {
+        *self.tee.lock() = Some((log, ws));
+    }
+
+    /// Logs `events` here, and in the home's log when there is one.
+    fn append(&self, events: &[Event]) {
+        self.log.append(events);
+        if let Some((log, ws)) = &*self.tee.lock() {
+            let shown: Vec<Event> = events.iter().map(|e| e.clone().in_workspace(ws)).collect();
+            log.append(&shown);
+        }
     }
 
     /// Shows only what agent `id` may see from now on.
@@ -254,7 +272,7 @@ impl Views {
         let mut waiting = self.waiting.lock();
         match waiting.as_mut() {
             Some(w) => w.extend(events),
-            None => self.log.append(&events),
+            None => self.append(&events),
         }
     }
 
@@ -262,9 +280,9 @@ impl Views {
     fn history_done(&self, history: Vec<Event>) {
         let history: Vec<Event> = history.into_iter().filter(|e| self.visible(e)).collect();
         let mut waiting = self.waiting.lock();
-        self.log.append(&history);
+        self.append(&history);
         if let Some(w) = waiting.take() {
-            self.log.append(&w);
+            self.append(&w);
         }
         ::log::info!(
             "events: {} events reconstructed from the records",
@@ -474,10 +492,14 @@ impl Views {
         self.scanner().map(|mut s| s.scan()).unwrap_or_default()
     }
 
+    /// The rows of `status` now.
+    pub fn rows(&self) -> Vec<status::Row> {
+        status::rows(&self.model_now(), self.confined.as_deref(), now_secs())
+    }
+
     /// `status` (`json: false`) or `status.json` now.
     pub fn status(&self, json: bool) -> Vec<u8> {
-        let m = self.model_now();
-        let rows = status::rows(&m, self.confined.as_deref(), now_secs());
+        let rows = self.rows();
         let bytes = if json {
             status::json(&rows).into_bytes()
         } else {

@@ -30,6 +30,8 @@ pub const FLAG_KINDS: [&str; 7] = [
 /// The `held` mark kind.
 pub const HELD_KIND: &str = "held";
 /// The text's header.
+/// The first column's header on a home mount.
+const WORKSPACE_HEADER: &str = "WORKSPACE";
 const HEADER: [&str; 8] = [
     "NAME", "ID", "STATE", "STEP", "PENDING", "ACTIVITY", "FLAGS", "TITLE",
 ];
@@ -42,6 +44,9 @@ const NONE: &str = "-";
 /// One agent's facts, as both renderings show them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
+    /// The workspace it lives in, on a home mount (its mount-relative directory); the
+    /// renderings then add a `WORKSPACE` column and a `workspace` field.
+    pub workspace: Option<std::sync::Arc<str>>,
     pub id: String,
     pub name: Option<String>,
     pub parent: Option<String>,
@@ -146,6 +151,7 @@ fn row(model: &Model, id: &str, depth: usize, confined: Option<&str>, now: i64) 
         }
     }
     Row {
+        workspace: None,
         id: id.to_string(),
         name: a.name.clone(),
         parent: parent_of(id).map(str::to_string),
@@ -161,9 +167,11 @@ fn row(model: &Model, id: &str, depth: usize, confined: Option<&str>, now: i64) 
     }
 }
 
-/// The text table: a header, then one line per row (and its notes).
+/// The text table: a header, then one line per row (and its notes). Rows of a home
+/// mount's workspaces lead with a `WORKSPACE` column.
 pub fn text(rows: &[Row]) -> String {
-    let cells: Vec<[String; 8]> = rows
+    let home = rows.iter().any(|r| r.workspace.is_some());
+    let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
             let flags: Vec<&str> = FLAG_KINDS
@@ -171,43 +179,49 @@ pub fn text(rows: &[Row]) -> String {
                 .copied()
                 .filter(|k| r.marks.iter().any(|m| m == k))
                 .collect();
-            [
-                format!(
-                    "{}{}",
-                    INDENT.repeat(r.depth),
-                    r.name.as_deref().unwrap_or(NONE)
-                ),
-                r.id.clone(),
-                r.state.to_string(),
-                r.step
-                    .as_ref()
-                    .map_or(NONE.into(), |(n, s)| format!("{n}:{}", s.as_str())),
-                r.pending.to_string(),
-                r.last_activity.map_or(NONE.into(), format_utc),
-                if flags.is_empty() {
-                    NONE.into()
-                } else {
-                    flags.join(",")
-                },
-                r.title
-                    .as_deref()
-                    .map_or(NONE.into(), |t| t.replace(['\n', '\r'], " ")),
-            ]
+            let ws = home.then(|| r.workspace.as_deref().unwrap_or(NONE).to_string());
+            ws.into_iter()
+                .chain([
+                    format!(
+                        "{}{}",
+                        INDENT.repeat(r.depth),
+                        r.name.as_deref().unwrap_or(NONE)
+                    ),
+                    r.id.clone(),
+                    r.state.to_string(),
+                    r.step
+                        .as_ref()
+                        .map_or(NONE.into(), |(n, s)| format!("{n}:{}", s.as_str())),
+                    r.pending.to_string(),
+                    r.last_activity.map_or(NONE.into(), format_utc),
+                    if flags.is_empty() {
+                        NONE.into()
+                    } else {
+                        flags.join(",")
+                    },
+                    r.title
+                        .as_deref()
+                        .map_or(NONE.into(), |t| t.replace(['\n', '\r'], " ")),
+                ])
+                .collect()
         })
         .collect();
-    let mut widths = HEADER.map(str::len);
+    let header: Vec<&str> = home
+        .then_some(WORKSPACE_HEADER)
+        .into_iter()
+        .chain(HEADER)
+        .collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for c in &cells {
         for (w, cell) in widths.iter_mut().zip(c.iter()) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let line = |cols: [&str; 8]| -> String {
+    let line = |cols: &[&str]| -> String {
         let mut l = String::new();
-        for (i, (cell, w)) in cols.iter().zip(widths).enumerate() {
-            if i + 1 == cols.len() {
-                l.push_str(cell);
-            } else {
-                l.push_str(cell);
+        for (i, (cell, w)) in cols.iter().zip(&widths).enumerate() {
+            l.push_str(cell);
+            if i + 1 != cols.len() {
                 l.push_str(&" ".repeat(w - cell.chars().count() + 2));
             }
         }
@@ -215,9 +229,10 @@ pub fn text(rows: &[Row]) -> String {
         l.push('\n');
         l
     };
-    let mut out = line(HEADER);
+    let mut out = line(&header);
     for (r, c) in rows.iter().zip(&cells) {
-        out.push_str(&line(c.each_ref().map(String::as_str)));
+        let cols: Vec<&str> = c.iter().map(String::as_str).collect();
+        out.push_str(&line(&cols));
         for n in &r.notes {
             out.push_str(NOTE);
             out.push_str(&n.replace(['\n', '\r'], " "));
@@ -232,7 +247,7 @@ pub fn json(rows: &[Row]) -> String {
     let v: Vec<Value> = rows
         .iter()
         .map(|r| {
-            json!({
+            let mut v = json!({
                 "id": r.id,
                 "name": r.name,
                 "parent": r.parent,
@@ -245,7 +260,11 @@ pub fn json(rows: &[Row]) -> String {
                 "last_activity": r.last_activity.map(format_utc),
                 "title": r.title,
                 "notes": r.notes,
-            })
+            });
+            if let (Some(ws), Some(o)) = (&r.workspace, v.as_object_mut()) {
+                o.insert("workspace".into(), Value::from(&**ws));
+            }
+            v
         })
         .collect();
     let mut out = serde_json::to_string_pretty(&Value::Array(v)).unwrap_or_else(|_| "[]".into());

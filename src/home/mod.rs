@@ -1,0 +1,560 @@
+//! A home mount: every workspace of a home in one tree, made here without FUSE.
+//!
+//! `MNT/<ws>/` is workspace `ws`'s whole tree exactly as a single mount shows it, so
+//! every workspace-relative path litany prints works under `MNT/<ws>/`. Around those
+//! trees the home adds its own few nodes ([`HomeNode`]): the root, which lists the
+//! workspaces of the root shelf, the other shelves (`world/`, `replays/`, see
+//! [`layout`]) and `status`, `status.json`, `events`, `events.ndjson` over every
+//! workspace; and each shelf's directory.
+//!
+//! Guarantees:
+//! - **Live.** A listing reads the shelves afresh and a directory's mtime is its shelf's,
+//!   so a workspace created or removed shows at the next listing the kernel does not
+//!   answer from its cache (within [`SHORT_TTL`]). The `litanyfs-home` thread watches
+//!   the shelves with inotify, and sweeps them every [`SWEEP`] besides, to follow each
+//!   workspace's events from the moment it appears.
+//! - **Gone means gone.** A workspace is known by its directory's device and inode: once
+//!   its directory is removed or replaced, every node under its old tree answers
+//!   `ENOENT` (checked at most every [`RECHECK`]), never the old data, and its tree is
+//!   dropped (its threads end with it).
+//! - **Cost follows use.** Listing the root or a shelf opens no workspace. A workspace's
+//!   tree (its watches, caches and deposit threads) is built when something first looks
+//!   inside it. Each workspace's events are followed from discovery, one follower per
+//!   workspace.
+//! - **The same rules in every workspace.** Each tree is built by the mount's own
+//!   [`Opener`] with the mount's options, so deposits, pages, the close rule,
+//!   `--read-only` and `--sender` work as on a single mount; a replay's tree is
+//!   read-only.
+
+pub mod layout;
+mod space;
+
+pub use layout::{Shelf, Source, classify, litany_data_root};
+pub use space::Space;
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::Mutex;
+
+use crate::FastMap;
+use crate::tree::{
+    Attr, Child, Content, HomeNode, Identity, Kind, NO_TTL, Node, SHORT_TTL, Tree, TreeError,
+    ViewFile,
+};
+use crate::views::{EventLog, Views};
+use crate::workspace::Workspace;
+
+/// A workspace's mount-relative directory: its name on the root shelf, `<shelf>/<name>`
+/// on another.
+pub type WsKey = Arc<str>;
+
+/// How a home builds the tree of one of its workspaces, ready to serve: the workspace,
+/// and whether it is read-only (a replay). The tree shares the given views, which the
+/// home already follows.
+pub type Opener =
+    Box<dyn Fn(&Workspace, bool, Arc<Views>) -> Result<Arc<Tree>, String> + Send + Sync>;
+
+/// How often an open workspace's directory is checked to be the one its tree serves.
+pub const RECHECK: Duration = Duration::from_millis(250);
+/// How often the shelves are read again even when inotify reports nothing (a shelf that
+/// appears, a watch that could not be set).
+pub const SWEEP: Duration = Duration::from_secs(2);
+
+/// One workspace the home knows: where it is, what it is, and its tree once opened.
+struct Known {
+    dir: PathBuf,
+    /// The directory's device and inode when found: a directory with another is another
+    /// workspace.
+    id: (u64, u64),
+    read_only: bool,
+    views: Arc<Views>,
+    tree: Option<Arc<Tree>>,
+    checked: Instant,
+}
+
+/// Every workspace of a home (module docs).
+pub struct Home {
+    root: PathBuf,
+    shelves: Vec<Shelf>,
+    opener: Opener,
+    known: Mutex<FastMap<WsKey, Known>>,
+    /// The root's events: every workspace's, as the root shows them.
+    log: Arc<EventLog>,
+    born: SystemTime,
+    /// The length of the last `status` and `status.json` made (as a single mount's).
+    status_lens: [AtomicU64; 2],
+}
+
+fn mtime(m: &std::fs::Metadata) -> SystemTime {
+    m.modified().unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+impl Home {
+    /// The home of `shelves` (`root` is the SOURCE, for messages and `statfs`).
+    pub fn new(root: PathBuf, shelves: Vec<Shelf>, opener: Opener) -> Arc<Self> {
+        Arc::new(Self {
+            root,
+            shelves,
+            opener,
+            known: Mutex::new(FastMap::default()),
+            log: Arc::new(EventLog::new()),
+            born: SystemTime::now(),
+            status_lens: Default::default(),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The shelves shown as directories of the root, which exist now.
+    fn shelf_dirs(&self) -> impl Iterator<Item = &Shelf> {
+        self.shelves
+            .iter()
+            .filter(|s| s.at.is_some() && s.dir.is_dir())
+    }
+
+    fn shelf_at(&self, at: Option<&str>) -> Option<&Shelf> {
+        self.shelves.iter().find(|s| s.at == at)
+    }
+
+    /// The workspaces on every shelf now, by key, with their shelf.
+    fn scan(&self) -> Vec<(WsKey, &Shelf, OsString)> {
+        let mut out = Vec::new();
+        for shelf in &self.shelves {
+            for name in layout::scan(shelf) {
+                let Some(utf8) = name.to_str() else {
+                    log::warn!(
+                        "{}: a workspace whose name is not UTF-8 is not shown",
+                        shelf.dir.join(&name).display()
+                    );
+                    continue;
+                };
+                if shelf.at.is_none() && self.reserved(utf8) {
+                    log::warn!(
+                        "{}: not shown: its name is one of the home root's own",
+                        shelf.dir.join(&name).display()
+                    );
+                    continue;
+                }
+                let key: WsKey = match shelf.at {
+                    None => utf8.into(),
+                    Some(at) => format!("{at}/{utf8}").into(),
+                };
+                out.push((key, shelf, name));
+            }
+        }
+        out
+    }
+
+    /// Whether `name` is an entry of the root other than a workspace.
+    fn reserved(&self, name: &str) -> bool {
+        ViewFile::ALL.iter().any(|v| v.name() == name)
+            || self.shelves.iter().any(|s| s.at == Some(name))
+    }
+
+    /// Reads the shelves and brings what the home knows up to date: a new workspace is
+    /// followed from now on (its views tee into the root's events), a removed or
+    /// replaced one is forgotten with its tree.
+    pub fn sweep(&self) {
+        let found = self.scan();
+        let mut known = self.known.lock();
+        let mut seen: crate::FastSet<WsKey> = crate::FastSet::default();
+        for (key, shelf, name) in found {
+            let dir = shelf.dir.join(&name);
+            let Ok(meta) = std::fs::metadata(&dir) else {
+                continue;
+            };
+            let id = (meta.dev(), meta.ino());
+            seen.insert(key.clone());
+            if known.get(&key).is_some_and(|k| k.id == id) {
+                continue;
+            }
+            let views = Views::new(&dir, None);
+            views.tee_to(self.log.clone(), key.clone());
+            views.start();
+            log::info!("home: following workspace {key} ({})", dir.display());
+            known.insert(
+                key,
+                Known {
+                    dir,
+                    id,
+                    read_only: shelf.read_only,
+                    views,
+                    tree: None,
+                    checked: Instant::now(),
+                },
+            );
+        }
+        known.retain(|key, k| {
+            let keep = seen.contains(key);
+            if !keep {
+                log::info!("home: workspace {key} is gone ({})", k.dir.display());
+            }
+            keep
+        });
+    }
+
+    /// Whether `k` still names the directory it was found as.
+    fn still_there(k: &Known) -> bool {
+        std::fs::metadata(&k.dir)
+            .is_ok_and(|m| (m.dev(), m.ino()) == k.id && layout::is_workspace(&k.dir))
+    }
+
+    /// The tree of workspace `ws`, built at its first use; `NotFound` when there is no
+    /// such workspace now (never a tree of a directory that has gone).
+    pub fn tree(&self, ws: &str) -> Result<Arc<Tree>, TreeError> {
+        let gone = || TreeError::not_found(ws.to_string());
+        let mut known = self.known.lock();
+        let k = match known.get_mut(ws) {
+            Some(k) => k,
+            None => {
+                drop(known);
+                self.sweep();
+                known = self.known.lock();
+                known.get_mut(ws).ok_or_else(gone)?
+            }
+        };
+        if k.checked.elapsed() >= RECHECK {
+            if !Self::still_there(k) {
+                log::info!("home: workspace {ws} is gone ({})", k.dir.display());
+                known.remove(ws);
+                return Err(gone());
+            }
+            k.checked = Instant::now();
+        }
+        if let Some(t) = &k.tree {
+            return Ok(t.clone());
+        }
+        let workspace = Workspace::open(&k.dir).map_err(|_| gone())?;
+        let tree = (self.opener)(&workspace, k.read_only, k.views.clone()).map_err(|why| {
+            log::warn!("home: cannot open workspace {ws}: {why}");
+            TreeError::io(ws.to_string(), std::io::Error::from_raw_os_error(libc::EIO))
+        })?;
+        log::info!("home: opened workspace {ws}");
+        k.tree = Some(tree.clone());
+        Ok(tree)
+    }
+
+    /// The open trees now, by key.
+    pub fn open_trees(&self) -> Vec<(WsKey, Arc<Tree>)> {
+        self.known
+            .lock()
+            .iter()
+            .filter_map(|(k, v)| v.tree.clone().map(|t| (k.clone(), t)))
+            .collect()
+    }
+
+    /// A directory of the home's own: `Kind::Dir`, its mtime its backing directory's.
+    fn dir_attr(&self, node: Node, dir: &Path) -> Result<Attr, TreeError> {
+        let meta = std::fs::metadata(dir).map_err(|e| TreeError::io(node.path(), e))?;
+        Ok(virtual_attr(node, Kind::Dir, 0, mtime(&meta)))
+    }
+
+    fn root_attr(&self) -> Attr {
+        // Its listing changes with the root shelf's, and with a shelf that appears.
+        let newest = std::iter::once(self.root.as_path())
+            .chain(self.shelf_at(None).map(|s| s.dir.as_path()))
+            .filter_map(|d| std::fs::metadata(d).ok())
+            .map(|m| mtime(&m))
+            .max()
+            .unwrap_or(self.born);
+        virtual_attr(Node::Root, Kind::Dir, 0, newest)
+    }
+
+    /// The directory of workspace `ws`, as the home lists it: without opening it.
+    fn workspace_attr(&self, node: Node, ws: &str) -> Result<Attr, TreeError> {
+        let dir = self
+            .known
+            .lock()
+            .get(ws)
+            .map(|k| k.dir.clone())
+            .ok_or_else(|| TreeError::not_found(ws.to_string()))?;
+        self.dir_attr(node, &dir)
+    }
+
+    /// The attributes of one of the home's own nodes (`Node::Root`, a root view, a
+    /// shelf, a workspace's directory).
+    pub fn getattr(&self, node: &Node) -> Result<Attr, TreeError> {
+        match node {
+            Node::Root => Ok(self.root_attr()),
+            Node::View(v) => Ok(self.view_attr(*v)),
+            Node::Home(h) => match &**h {
+                HomeNode::Shelf(at) => match self.shelf_at(Some(at)) {
+                    Some(s) => self.dir_attr(node.clone(), &s.dir),
+                    None => Err(TreeError::not_found(node.path())),
+                },
+                HomeNode::In {
+                    ws,
+                    node: Node::Root,
+                } => self.workspace_attr(node.clone(), ws),
+                HomeNode::In { .. } => Err(TreeError::not_found(node.path())),
+            },
+            _ => Err(TreeError::not_found(node.path())),
+        }
+    }
+
+    fn view_attr(&self, v: ViewFile) -> Attr {
+        let size = match v.rendering() {
+            Some(r) => self.log.len(r),
+            None => {
+                self.status_lens[usize::from(v == ViewFile::StatusJson)].load(Ordering::Relaxed)
+            }
+        };
+        virtual_attr(Node::View(v), Kind::File, size, SystemTime::now())
+    }
+
+    /// The child `name` of one of the home's own directories.
+    pub fn lookup(&self, parent: &Node, name: &OsStr) -> Result<Child, TreeError> {
+        let not_found = || TreeError::not_found(parent.join(name));
+        let utf8 = name.to_str().ok_or_else(not_found)?;
+        let node = match parent {
+            Node::Root => {
+                if let Some(v) = ViewFile::ALL.iter().find(|v| v.name() == utf8) {
+                    Node::View(*v)
+                } else if let Some(s) = self.shelf_dirs().find(|s| s.at == Some(utf8)) {
+                    Node::Home(Arc::new(HomeNode::Shelf(s.at.unwrap_or_default())))
+                } else {
+                    self.workspace_node(utf8.into()).ok_or_else(not_found)?
+                }
+            }
+            Node::Home(h) => match &**h {
+                HomeNode::Shelf(at) => self
+                    .workspace_node(format!("{at}/{utf8}").into())
+                    .ok_or_else(not_found)?,
+                HomeNode::In { .. } => return Err(not_found()),
+            },
+            _ => return Err(not_found()),
+        };
+        let attr = self.getattr(&node)?;
+        Ok(self.child(name.to_os_string(), node, attr))
+    }
+
+    /// The node of workspace `key`'s directory, if there is such a workspace now.
+    fn workspace_node(&self, key: WsKey) -> Option<Node> {
+        let known = self.known.lock().contains_key(&key);
+        if !known {
+            self.sweep();
+            if !self.known.lock().contains_key(&key) {
+                return None;
+            }
+        }
+        Some(in_workspace(key, Node::Root))
+    }
+
+    fn child(&self, name: OsString, node: Node, attr: Attr) -> Child {
+        let ttl = match node {
+            Node::View(_) => NO_TTL,
+            _ => SHORT_TTL,
+        };
+        Child {
+            name,
+            node,
+            attr,
+            ttl,
+        }
+    }
+
+    /// The entries of one of the home's own directories.
+    pub fn list(&self, node: &Node) -> Result<Vec<Child>, TreeError> {
+        self.sweep();
+        let shelf = match node {
+            Node::Root => None,
+            Node::Home(h) => match &**h {
+                HomeNode::Shelf(at) => Some(*at),
+                HomeNode::In { .. } => return Err(TreeError::not_found(node.path())),
+            },
+            _ => return Err(TreeError::not_found(node.path())),
+        };
+        let mut out = Vec::new();
+        let keys: Vec<(WsKey, PathBuf)> = {
+            let known = self.known.lock();
+            let mut v: Vec<_> = known
+                .iter()
+                .filter(|(key, _)| shelf_of(key) == shelf)
+                .map(|(key, k)| (key.clone(), k.dir.clone()))
+                .collect();
+            v.sort();
+            v
+        };
+        for (key, dir) in keys {
+            let name = key.rsplit('/').next().unwrap_or(&key).to_string();
+            let node = in_workspace(key, Node::Root);
+            // A workspace removed since the sweep is simply not listed.
+            if let Ok(attr) = self.dir_attr(node.clone(), &dir) {
+                out.push(self.child(name.into(), node, attr));
+            }
+        }
+        if shelf.is_none() {
+            for s in self.shelf_dirs() {
+                let node = Node::Home(Arc::new(HomeNode::Shelf(s.at.unwrap_or_default())));
+                if let Ok(attr) = self.getattr(&node) {
+                    out.push(self.child(s.at.unwrap_or_default().into(), node, attr));
+                }
+            }
+            for v in ViewFile::ALL {
+                let node = Node::View(v);
+                let attr = self.view_attr(v);
+                out.push(self.child(v.name().into(), node, attr));
+            }
+        }
+        Ok(out)
+    }
+
+    /// What a root view holds when opened.
+    pub fn open_view(&self, v: ViewFile) -> Content {
+        match v.rendering() {
+            Some(r) => Content::Log(r),
+            None => Content::Bytes(Arc::new(self.status(v == ViewFile::StatusJson))),
+        }
+    }
+
+    /// Reads the root's events.
+    pub fn read_log(
+        &self,
+        node: &Node,
+        r: crate::views::Rendering,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>, TreeError> {
+        self.log
+            .read(r, offset, size)
+            .map_err(|e| TreeError::io(node.path(), e))
+    }
+
+    /// `status` (`json: false`) or `status.json` over every workspace: each workspace's
+    /// rows, in the order of their keys, led by the workspace.
+    pub fn status(&self, json: bool) -> Vec<u8> {
+        self.sweep();
+        let mut views: Vec<(WsKey, Arc<Views>)> = self
+            .known
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.views.clone()))
+            .collect();
+        views.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut rows = Vec::new();
+        for (ws, v) in views {
+            for mut row in v.rows() {
+                row.workspace = Some(ws.clone());
+                for note in &mut row.notes {
+                    under(&ws, note);
+                }
+                rows.push(row);
+            }
+        }
+        let bytes = if json {
+            crate::views::status::json(&rows).into_bytes()
+        } else {
+            crate::views::status::text(&rows).into_bytes()
+        };
+        self.status_lens[usize::from(json)].store(bytes.len() as u64, Ordering::Relaxed);
+        bytes
+    }
+
+    /// Follows the shelves on a thread of its own (`litanyfs-home`) for as long as the
+    /// home lives: inotify on the root and on each shelf, and a sweep every [`SWEEP`].
+    pub fn start(self: &Arc<Self>) {
+        self.sweep();
+        let home = Arc::downgrade(self);
+        let dirs: Vec<PathBuf> = std::iter::once(self.root.clone())
+            .chain(self.shelves.iter().map(|s| s.dir.clone()))
+            .collect();
+        let started = std::thread::Builder::new()
+            .name("litanyfs-home".into())
+            .spawn(move || follow_shelves(home, dirs));
+        if let Err(e) = started {
+            log::error!("home: no thread to follow the shelves ({e}); listings still read them");
+        }
+    }
+}
+
+/// The shelf a key is on (`None` for the root's).
+fn shelf_of(key: &str) -> Option<&str> {
+    key.split_once('/').map(|(at, _)| at)
+}
+
+/// A note that starts with a workspace-relative path, made mount-relative.
+fn under(ws: &str, note: &mut String) {
+    use crate::workspace::{INBOX_DIR, STEPS_DIR};
+    if note.starts_with(&format!("{STEPS_DIR}/")) || note.starts_with(&format!("{INBOX_DIR}/")) {
+        note.insert_str(0, &format!("{ws}/"));
+    }
+}
+
+/// `node` of workspace `ws`, as the home's adapter knows it.
+pub fn in_workspace(ws: WsKey, node: Node) -> Node {
+    Node::Home(Arc::new(HomeNode::In { ws, node }))
+}
+
+fn virtual_attr(node: Node, kind: Kind, size: u64, mtime: SystemTime) -> Attr {
+    Attr {
+        kind,
+        size,
+        perm: kind.perm(),
+        nlink: if kind == Kind::Dir { 2 } else { 1 },
+        mtime,
+        ctime: mtime,
+        atime: mtime,
+        identity: Identity::Virtual(node),
+    }
+}
+
+/// The `litanyfs-home` thread: sweeps at every change inotify reports on `dirs` (watched
+/// as they appear) and every [`SWEEP`], until the home is dropped.
+fn follow_shelves(home: std::sync::Weak<Home>, dirs: Vec<PathBuf>) {
+    use std::os::fd::AsRawFd;
+    let inotify = crate::inotify::Inotify::new(true)
+        .map_err(|e| log::warn!("home: no inotify ({e}); shelves are swept every {SWEEP:?}"))
+        .ok();
+    let mask = libc::IN_CREATE
+        | libc::IN_DELETE
+        | libc::IN_MOVED_FROM
+        | libc::IN_MOVED_TO
+        | libc::IN_DELETE_SELF
+        | libc::IN_MOVE_SELF
+        | libc::IN_ONLYDIR;
+    let mut watched: FastMap<PathBuf, i32> = FastMap::default();
+    let mut buf = vec![0u8; crate::inotify::EVENT_BUFFER];
+    loop {
+        if let Some(ino) = &inotify {
+            for d in &dirs {
+                if !watched.contains_key(d)
+                    && let Ok(wd) = ino.add(d, mask)
+                {
+                    watched.insert(d.clone(), wd);
+                }
+            }
+            let mut pfd = libc::pollfd {
+                fd: ino.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd for the duration of the call.
+            let ready = unsafe { libc::poll(&mut pfd, 1, SWEEP.as_millis() as libc::c_int) };
+            if ready > 0 {
+                let mut ended = Vec::new();
+                let _ = ino.read(&mut buf, |e| {
+                    if e.watch_ended() || e.overflowed() {
+                        ended.push(e.wd);
+                    }
+                });
+                watched.retain(|_, wd| !ended.contains(wd));
+            }
+        } else {
+            std::thread::sleep(SWEEP);
+        }
+        let Some(home) = home.upgrade() else {
+            return;
+        };
+        home.sweep();
+    }
+}
+
+#[cfg(test)]
+mod tests;

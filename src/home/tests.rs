@@ -1,0 +1,232 @@
+use std::ffi::OsStr;
+use std::sync::Arc;
+
+use super::*;
+use crate::fixture::Fixture;
+use crate::tree::{Identity, OpenMode};
+use crate::workspace::refs::Flavour;
+
+const A: &str = "20261202T094226Z-0122ccc2";
+const B: &str = "20261202T094227Z-0abc0def";
+
+/// A litany data root with two workspaces (`aaaa0001` with agent A named Alpha,
+/// `bbbb0002` with agent B named Beta), and the space serving it.
+fn setup() -> (tempfile::TempDir, Space, Arc<Home>) {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let a = Fixture::create(&data.join("workspaces/aaaa0001"), Flavour::Litany).unwrap();
+    a.agent(A, Some("Alpha"), &[("messages/001-user.md", b"hi")])
+        .unwrap();
+    a.step(A, 1, &[("request.json", b"{}")]).unwrap();
+    a.inbox_file(A, "user-001.md", b"---\nfrom: user\n---\nx")
+        .unwrap();
+    let b = Fixture::create(&data.join("workspaces/bbbb0002"), Flavour::Litany).unwrap();
+    b.agent(B, Some("Beta"), &[]).unwrap();
+    let Source::Home { root, shelves } = classify(&data) else {
+        panic!("a data root is a home");
+    };
+    let opener: Opener = Box::new(|ws, _read_only, views| {
+        Ok(Arc::new(
+            Tree::new(ws.clone())
+                .map_err(|e| e.to_string())?
+                .sharing_views(views),
+        ))
+    });
+    let home = Home::new(root, shelves, opener);
+    (t, Space::Home(home.clone()), home)
+}
+
+fn resolve(space: &Space, path: &str) -> Result<(Node, Attr), TreeError> {
+    let mut node = Node::Root;
+    let mut attr = match space {
+        Space::Home(h) => h.getattr(&node)?,
+        Space::One(t) => t.getattr(&node)?,
+    };
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        let c = space.lookup(&node, OsStr::new(part))?;
+        (node, attr) = (c.node, c.attr);
+    }
+    Ok((node, attr))
+}
+
+fn names(space: &Space, path: &str) -> Vec<String> {
+    let (node, _) = resolve(space, path).unwrap();
+    let mut v: Vec<String> = space
+        .list(&node)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.name.to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn read(space: &Space, path: &str) -> Vec<u8> {
+    let (node, attr) = resolve(space, path).unwrap();
+    let opened = space.open(&node, &attr.identity, OpenMode::Read).unwrap();
+    let mut out = Vec::new();
+    space
+        .read_into(&node, &opened.content, 0, 1 << 20, &mut out)
+        .unwrap();
+    out
+}
+
+#[test]
+fn the_root_lists_every_workspace_and_the_views_without_opening_any() {
+    let (_t, space, home) = setup();
+    assert_eq!(
+        names(&space, ""),
+        [
+            "aaaa0001",
+            "bbbb0002",
+            "events",
+            "events.ndjson",
+            "status",
+            "status.json"
+        ]
+    );
+    assert!(home.open_trees().is_empty(), "a listing opened a workspace");
+    // A workspace's directory is stat'able, and still not opened.
+    let (node, attr) = resolve(&space, "aaaa0001").unwrap();
+    assert_eq!(attr.kind, Kind::Dir);
+    assert!(space.stat(&node, &attr.identity).is_ok());
+    assert!(home.open_trees().is_empty());
+}
+
+#[test]
+fn a_workspace_inside_the_home_is_its_whole_single_tree() {
+    let (t, space, home) = setup();
+    assert_eq!(
+        names(&space, "aaaa0001"),
+        [
+            "agents",
+            "events",
+            "events.ndjson",
+            "inbox",
+            "marks",
+            "names",
+            "status",
+            "status.json",
+            "steps"
+        ]
+    );
+    assert_eq!(home.open_trees().len(), 1);
+    // The same bytes as the backing file, by the path litany prints.
+    let rel = format!("steps/{A}/001/request.json");
+    assert_eq!(read(&space, &format!("aaaa0001/{rel}")), b"{}");
+    let raw = t.path().join("data/workspaces/aaaa0001").join(&rel);
+    assert_eq!(std::fs::read(raw).unwrap(), b"{}");
+    // Names resolve in their own workspace only.
+    assert!(resolve(&space, "aaaa0001/names/Alpha").is_ok());
+    assert!(resolve(&space, "bbbb0002/names/Alpha").is_err());
+    // Two workspaces' identical paths are two identities.
+    let (_, a) = resolve(&space, "aaaa0001/names").unwrap();
+    let (_, b) = resolve(&space, "bbbb0002/names").unwrap();
+    assert_ne!(a.identity, b.identity);
+    assert!(matches!(a.identity, Identity::Virtual(Node::Home(_))));
+    // An error names the mount-relative path.
+    let e = resolve(&space, "bbbb0002/steps/nope").unwrap_err();
+    assert!(e.path.starts_with("bbbb0002/"), "{}", e.path);
+}
+
+#[test]
+fn the_root_status_has_every_workspaces_agents() {
+    let (_t, space, _home) = setup();
+    let text = String::from_utf8(read(&space, "status")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("WORKSPACE "), "{text}");
+    assert!(
+        lines[1].starts_with("aaaa0001 ") && lines[1].contains(A),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("bbbb0002 ") && lines[2].contains(B),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&read(&space, "status.json")).unwrap();
+    assert_eq!(json[0]["workspace"], "aaaa0001");
+    assert_eq!(json[1]["workspace"], "bbbb0002");
+    assert_eq!(json[1]["name"], "Beta");
+    // A single workspace's status has no such column.
+    let (node, attr) = resolve(&space, "aaaa0001/status").unwrap();
+    let opened = space.open(&node, &attr.identity, OpenMode::Read).unwrap();
+    let mut out = Vec::new();
+    space
+        .read_into(&node, &opened.content, 0, 1 << 20, &mut out)
+        .unwrap();
+    assert!(String::from_utf8(out).unwrap().starts_with("NAME "));
+}
+
+#[test]
+fn a_new_workspace_shows_and_a_removed_one_is_gone_with_its_nodes() {
+    let (t, space, home) = setup();
+    let data = t.path().join("data");
+    // Being created under a dot-temp: not shown; renamed into place: shown.
+    let tmp = data.join("workspaces/.cccc0003.yog-tmp-7");
+    let c = Fixture::create(&tmp, Flavour::Litany).unwrap();
+    c.agent(A, Some("Gamma"), &[]).unwrap();
+    assert!(!names(&space, "").contains(&".cccc0003.yog-tmp-7".to_string()));
+    std::fs::rename(&tmp, data.join("workspaces/cccc0003")).unwrap();
+    assert!(names(&space, "").contains(&"cccc0003".to_string()));
+    assert!(resolve(&space, "cccc0003/names/Gamma").is_ok());
+    // Opened, then removed: its old nodes answer NotFound, never the old tree.
+    let (node, attr) = resolve(&space, "bbbb0002/names").unwrap();
+    assert!(home.open_trees().iter().any(|(k, _)| &**k == "bbbb0002"));
+    std::fs::remove_dir_all(data.join("workspaces/bbbb0002")).unwrap();
+    std::thread::sleep(RECHECK);
+    let e = space.stat(&node, &attr.identity).unwrap_err();
+    assert!(e.is_not_found(), "{e:?}");
+    assert!(!names(&space, "").contains(&"bbbb0002".to_string()));
+    assert!(!home.open_trees().iter().any(|(k, _)| &**k == "bbbb0002"));
+    // A views-only read of the root is unaffected.
+    assert!(read(&space, "status").starts_with(b"WORKSPACE"));
+}
+
+#[test]
+fn a_yog_home_keeps_named_world_and_replays_apart() {
+    let t = tempfile::tempdir().unwrap();
+    let yog = t.path().join("yog");
+    Fixture::create(&yog.join("workspaces/research"), Flavour::Litany).unwrap();
+    Fixture::create(
+        &yog.join("world/litany/workspaces/0badf00d"),
+        Flavour::Litany,
+    )
+    .unwrap();
+    Fixture::create(&yog.join("world/litany/replays/r1"), Flavour::Litany).unwrap();
+    let Source::Home { root, shelves } = classify(&yog) else {
+        panic!("yog's data root is a home");
+    };
+    let opener: Opener = Box::new(|ws, read_only, views| {
+        assert_eq!(read_only, ws.root().ends_with("r1"));
+        Ok(Arc::new(
+            Tree::new(ws.clone())
+                .map_err(|e| e.to_string())?
+                .sharing_views(views),
+        ))
+    });
+    let space = Space::Home(Home::new(root, shelves, opener));
+    let root = names(&space, "");
+    for want in ["research", "world", "replays", "status"] {
+        assert!(root.contains(&want.to_string()), "{root:?}");
+    }
+    assert_eq!(names(&space, "world"), ["0badf00d"]);
+    assert_eq!(names(&space, "replays"), ["r1"]);
+    assert!(resolve(&space, "world/0badf00d/agents").is_ok());
+    assert!(resolve(&space, "replays/r1/marks").is_ok());
+    // Nothing but views and directories at the home level: a write is refused there.
+    let (root_node, _) = resolve(&space, "").unwrap();
+    let e = space.create(&root_node, OsStr::new("x")).unwrap_err();
+    assert_eq!(e.errno(), libc::EROFS);
+    let (status, attr) = resolve(&space, "status").unwrap();
+    let mode = OpenMode::Write {
+        truncate: true,
+        by: 1,
+    };
+    assert_eq!(
+        space
+            .open(&status, &attr.identity, mode)
+            .unwrap_err()
+            .errno(),
+        libc::EROFS
+    );
+}
