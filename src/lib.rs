@@ -4,10 +4,10 @@
 //! knows about FUSE; it asks [`tree`] what a path is and what it holds; the tree asks
 //! [`workspace`] (paths, ids, refs, marks), [`paging`] (continuation addresses),
 //! [`deposit`] (the inbox write path) and [`views`] (`status` and the events).
-//! Everything but [`fs`], [`mount`] and [`sentinel`] is plain Rust, unit-tested without
-//! a mount: the tree decides what every entry is, how long the kernel may keep it and
-//! how an open is served; the adapter only numbers inodes and handles and turns those
-//! answers into replies.
+//! Everything but [`fs`], [`mount`], [`sentinel`] and the process helpers those two share
+//! ([`process`]) is plain Rust, unit-tested without a mount: the tree decides what every
+//! entry is, how long the kernel may keep it and how an open is served; the adapter only
+//! numbers inodes and handles and turns those answers into replies.
 //!
 //! # Threads
 //!
@@ -44,6 +44,7 @@ mod lru;
 pub mod manual;
 pub mod mount;
 pub mod paging;
+mod process;
 pub mod records;
 pub mod sentinel;
 pub mod tree;

@@ -32,9 +32,7 @@ mod records;
 mod views;
 
 pub use error::{ErrorKind, TreeError};
-pub use node::{
-    Backed, Capture, DraftNode, GitNode, MARKS_DIR, Node, Place, RecordView, TOP_LEVEL, ViewFile,
-};
+pub use node::{Backed, Capture, DraftNode, GitNode, Node, Place, RecordView, TOP_LEVEL, ViewFile};
 pub use records::{DEFAULT_RECORDS_CACHE_BYTES, LATEST, RESPONSE_MD, TRANSCRIPT_MD, derived_from};
 
 use std::collections::BTreeMap;

@@ -22,7 +22,7 @@ use git2::{ObjectType, Oid};
 
 use crate::FastMap;
 use crate::workspace::backing::{Backing, Stat};
-use crate::workspace::refs::{GitEntry, Refs};
+use crate::workspace::refs::{GitEntry, Refs, TITLE_FILE};
 use crate::workspace::{INBOX_DIR, STEPS_DIR};
 
 mod inbox;
@@ -30,12 +30,8 @@ mod steps;
 
 pub use inbox::{Inbox, Pending, deposited_at};
 pub use steps::{
-    Finish, INPUT_FILE, Meta, OUTPUT_FILE, Output, RESPONSE_TAIL_BYTES, Step, StepList, StepName,
-    StepState, TOOLS_DIR, Tool,
+    Finish, Meta, Output, RESPONSE_TAIL_BYTES, Step, StepList, StepName, StepState, Tool,
 };
-
-/// The file at an agent's tree root where the titler lands a title (CONTRACT §1.2).
-pub const TITLE_FILE: &str = "title";
 
 /// The workspace at one moment.
 #[derive(Debug, Clone, Default)]

@@ -13,12 +13,10 @@ use serde_json::Value;
 use super::{Scanner, StatKey, key, parse_utc};
 use crate::workspace::STEPS_DIR;
 use crate::workspace::backing::{Backing, Stat};
-use crate::workspace::steps::{META_FILE, RESPONSE_FILE, step_dir_name, step_number};
+use crate::workspace::steps::{
+    INPUT_FILE, META_FILE, OUTPUT_FILE, RESPONSE_FILE, TOOLS_DIR, step_dir_name, step_number,
+};
 
-/// A step's tool records directory, and the files of one tool record (CONTRACT §4.2).
-pub const TOOLS_DIR: &str = "tools";
-pub const INPUT_FILE: &str = "input.json";
-pub const OUTPUT_FILE: &str = "output.json";
 /// How much of the end of a `response.json` is read for its finish reason and usage: a
 /// short tail first (the last lines hold them), then a longer one if that had none.
 pub const RESPONSE_TAIL_BYTES: [u64; 2] = [4 << 10, 64 << 10];
