@@ -1,6 +1,7 @@
 //! The shape of the source tree, held to what issue 30 asks of it: no import circle
 //! between the crate's top-level modules (a module that uses another never gets used by
-//! it, directly or round a longer loop), so the crate reads in one direction.
+//! it, directly or round a longer loop), so the crate reads in one direction; and no
+//! source file outside tests of [`MAX_LINES`] lines or more, so each can be read whole.
 //!
 //! A top-level module is `src/<m>.rs` or `src/<m>/`. Module `a` uses `b` when code of
 //! `a` outside tests names `crate::b` (or reaches `b` through `super::`). Comments,
@@ -9,6 +10,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+
+/// The length a source file stays under (tests aside).
+const MAX_LINES: usize = 1000;
 
 /// One use of a module by another: where it is, for the failure message.
 type Uses = BTreeMap<(String, String), BTreeSet<String>>;
@@ -351,6 +355,29 @@ fn no_import_circle_between_top_level_modules() {
         }
         panic!("import circle: {}{why}", circle.join(" -> "));
     }
+}
+
+#[test]
+fn every_source_file_outside_tests_is_under_the_line_limit() {
+    let src = src();
+    let files = rust_files(&src);
+    assert!(
+        files.len() > 50,
+        "found only {} files under {src:?}",
+        files.len()
+    );
+    let long: Vec<String> = files
+        .iter()
+        .filter(|p| !is_test_file(p.strip_prefix(&src).unwrap()))
+        .filter_map(|p| {
+            let lines = std::fs::read_to_string(p).unwrap().lines().count();
+            (lines >= MAX_LINES).then(|| format!("{} ({lines} lines)", p.display()))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "split these along a seam in the code: {long:?}"
+    );
 }
 
 #[test]
