@@ -31,6 +31,10 @@
 //! With `--auto-unmount` the daemon also starts one process, its [`sentinel`], which
 //! outlives it to unmount a mount it left dead.
 
+// A panic on a request path kills the mount: outside tests, a failure is an error the
+// caller answers (an errno, a log line), never an `unwrap` or an `expect`.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 #[doc(hidden)]
 pub mod demo;
 pub mod deposit;
