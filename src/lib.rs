@@ -4,10 +4,10 @@
 //! knows about FUSE; it asks [`tree`] what a path is and what it holds; the tree asks
 //! [`workspace`] (paths, ids, refs, marks), [`paging`] (continuation addresses),
 //! [`deposit`] (the inbox write path) and [`views`] (`status` and the events).
-//! Everything but [`fs`], [`mount`] and [`sentinel`] is plain Rust, unit-tested without
-//! a mount: the tree decides what every entry is, how long the kernel may keep it and
-//! how an open is served; the adapter only numbers inodes and handles and turns those
-//! answers into replies.
+//! Everything but [`fs`], [`mount`], [`sentinel`] and the process helpers those two share
+//! ([`process`]) is plain Rust, unit-tested without a mount: the tree decides what every
+//! entry is, how long the kernel may keep it and how an open is served; the adapter only
+//! numbers inodes and handles and turns those answers into replies.
 //!
 //! # Threads
 //!
@@ -31,6 +31,10 @@
 //! With `--auto-unmount` the daemon also starts one process, its [`sentinel`], which
 //! outlives it to unmount a mount it left dead.
 
+// A panic on a request path kills the mount: outside tests, a failure is an error the
+// caller answers (an errno, a log line), never an `unwrap` or an `expect`.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 #[doc(hidden)]
 pub mod demo;
 pub mod deposit;
@@ -45,6 +49,7 @@ mod lru;
 pub mod manual;
 pub mod mount;
 pub mod paging;
+mod process;
 pub mod records;
 pub mod sentinel;
 pub mod tree;

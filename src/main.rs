@@ -1,5 +1,8 @@
 //! The `litanyfs` command: mount, unmount, demo.
 
+// Every failure here is a message and an exit code, never a panic (as in the library).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

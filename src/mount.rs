@@ -14,14 +14,12 @@
 //! the pipe's `ready` does, and `STOPPING=1` when a signal makes it unmount or its mount
 //! goes.
 
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +28,7 @@ use sd_notify::NotifyState;
 
 use crate::deposit::{Depositor, Options as DepositOptions, WakeMode};
 use crate::fs::Fs;
+use crate::process;
 use crate::tree::{Deposits, Tree};
 use crate::witness::Witness;
 use crate::workspace::{Workspace, WorkspaceError};
@@ -40,8 +39,6 @@ const READY_ENV: &str = "LITANYFS_READY_PIPE";
 const READY_LINE: &str = "ready";
 /// How long a daemon waits for its own mount to answer before giving up.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
-/// The running executable, whatever became of its path.
-const SELF_EXE: &str = "/proc/self/exe";
 /// The filesystem type shown in `/proc/mounts` (`fuse.litanyfs`).
 pub const SUBTYPE: &str = "litanyfs";
 /// Threads serving requests unless `--threads` says otherwise: enough that a slow request
@@ -288,70 +285,20 @@ pub fn mounted_type(mnt: &Path) -> Option<String> {
         .map(|(_, t)| t)
 }
 
-fn umount2(mnt: &Path, flags: libc::c_int) -> std::io::Result<()> {
-    let c = CString::new(mnt.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: valid NUL-terminated path.
-    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-/// Detaches whatever is mounted at `mnt`: directly when privileged, else through
-/// `fusermount3 -u` (lazily with `lazy`).
-pub(crate) fn detach(mnt: &Path, lazy: bool) -> std::io::Result<()> {
-    let flags = if lazy { libc::MNT_DETACH } else { 0 };
-    match umount2(mnt, flags) {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-            let mut cmd = Command::new("fusermount3");
-            cmd.arg(if lazy { "-uz" } else { "-u" }).arg(mnt);
-            let out = cmd.stderr(Stdio::piped()).output()?;
-            if out.status.success() {
-                Ok(())
-            } else {
-                Err(std::io::Error::other(
-                    String::from_utf8_lossy(&out.stderr).trim().to_string(),
-                ))
-            }
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// Whether the mount at `mnt` has lost its daemon. `statfs` always reaches the daemon
-/// (no attribute cache answers it), so a dead connection shows at once.
-pub(crate) fn is_stale(mnt: &Path) -> bool {
-    let Ok(c) = CString::new(mnt.as_os_str().as_bytes()) else {
-        return false;
-    };
-    let mut s = std::mem::MaybeUninit::<libc::statfs>::uninit();
-    // SAFETY: valid NUL-terminated path and a writable statfs buffer.
-    if unsafe { libc::statfs(c.as_ptr(), s.as_mut_ptr()) } == 0 {
-        return false;
-    }
-    matches!(
-        std::io::Error::last_os_error().raw_os_error(),
-        Some(libc::ENOTCONN | libc::ECONNABORTED)
-    )
-}
-
 /// Checks the workspace and the mountpoint, clearing a stale mount left by a killed
 /// daemon. Returns the opened workspace and the absolute mountpoint.
 pub fn preflight(ws: &Path, mnt: &Path) -> Result<(Workspace, PathBuf), MountError> {
     let workspace = Workspace::open(ws).map_err(MountError::Workspace)?;
     let mnt = absolute(mnt)?;
     if mounted_type(&mnt).is_some() {
-        if !is_stale(&mnt) {
+        if !process::is_stale(&mnt) {
             return Err(MountError::AlreadyMounted(mnt));
         }
         log::warn!(
             "{}: clearing a stale mount (Transport endpoint is not connected)",
             mnt.display()
         );
-        detach(&mnt, true)
+        process::detach(&mnt, true)
             .map_err(|e| MountError::Io(format!("clearing stale mount at {}", mnt.display()), e))?;
     }
     let meta = match std::fs::metadata(&mnt) {
@@ -378,10 +325,10 @@ pub fn unmount(mnt: &Path) -> Result<(), MountError> {
     if mounted_type(&mnt).is_none() {
         return Err(MountError::NotMounted(mnt));
     }
-    detach(&mnt, false)
+    process::detach(&mnt, false)
         .or_else(|e| {
             log::warn!("{}: busy ({e}); detaching lazily", mnt.display());
-            detach(&mnt, true)
+            process::detach(&mnt, true)
         })
         .map_err(|e| MountError::Io(format!("unmounting {}", mnt.display()), e))
 }
@@ -425,38 +372,6 @@ pub fn default_log_file(mnt: &Path) -> Result<PathBuf, MountError> {
     Ok(log_dir()?.join(format!("{name}.log")))
 }
 
-/// A command that runs this binary detached: in a session of its own, and the child of an
-/// intermediate that exits at once (waiting for the spawned child reaps it), so nothing
-/// has to reap the process itself. `inherit` is a descriptor that crosses the exec. The
-/// binary is the running one even if its file was replaced since it started (an upgrade,
-/// a rebuild): its path would then name another file, or none.
-pub(crate) fn detached_self(inherit: Option<std::os::fd::RawFd>) -> Command {
-    let mut cmd = Command::new(SELF_EXE);
-    if let Ok(exe) = std::env::current_exe() {
-        cmd.arg0(exe);
-    }
-    // SAFETY: only async-signal-safe calls (fcntl, setsid, fork, _exit) run between fork
-    // and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(fd) = inherit
-                && libc::fcntl(fd, libc::F_SETFD, 0) < 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            match libc::fork() {
-                -1 => Err(std::io::Error::last_os_error()),
-                0 => Ok(()),
-                _ => libc::_exit(0),
-            }
-        });
-    }
-    cmd
-}
-
 /// `litanyfs mount` without `--foreground`: checks, starts the daemon, and returns once
 /// it reports that the mount answers.
 pub fn spawn_daemon(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<PathBuf, MountError> {
@@ -474,7 +389,7 @@ pub fn spawn_daemon(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<PathBu
         .append(true)
         .open(&log_path)
         .map_err(|e| MountError::Io(log_path.display().to_string(), e))?;
-    let mut cmd = detached_self(None);
+    let mut cmd = process::detached_self(None);
     cmd.arg("mount")
         .args(
             MountOptions {
@@ -541,7 +456,9 @@ fn handle_signals(mnt: PathBuf) {
                 }
                 log::info!("signal {sig}: unmounting {}", mnt.display());
                 notify(&[NotifyState::Stopping, NotifyState::Status("unmounting")]);
-                if let Err(e) = detach(&mnt, false).or_else(|_| detach(&mnt, true)) {
+                if let Err(e) =
+                    process::detach(&mnt, false).or_else(|_| process::detach(&mnt, true))
+                {
                     log::error!("{}: unmount failed: {e}", mnt.display());
                 }
             }
@@ -581,7 +498,7 @@ pub fn run(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<(), MountError>
     if std::env::var_os(READY_ENV).is_some() {
         // What the caller of `litanyfs mount` held open is not the daemon's to keep: a
         // pipe held here would keep its reader waiting for as long as the mount lives.
-        close_inherited(None);
+        process::close_inherited(None);
         // Close-on-exec, so that no process the daemon starts holds the parent's pipe.
         // SAFETY: fcntl on fd 1, the readiness pipe the parent gave us.
         let fd = unsafe { libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3) };
@@ -597,23 +514,6 @@ pub fn run(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<(), MountError>
         let _ = writeln!(pipe, "{e}");
     }
     result
-}
-
-/// Closes every descriptor but the standard three and `keep`: what a process was started
-/// with beyond those and does not know of. Called before any thread opens anything.
-pub(crate) fn close_inherited(keep: Option<std::os::fd::RawFd>) {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    let fds: Vec<std::os::fd::RawFd> = dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    for fd in fds.into_iter().filter(|&fd| fd > 2 && Some(fd) != keep) {
-        // SAFETY: closing a descriptor nothing in this process owns (the listing's own
-        // is already closed, and answers EBADF).
-        unsafe { libc::close(fd) };
-    }
 }
 
 fn redirect_stdout_to_null() {
@@ -787,7 +687,7 @@ fn serve(
                 if let Some(mut p) = pipe {
                     let _ = writeln!(p, "{why}");
                 }
-                let _ = detach(&watched, true);
+                let _ = process::detach(&watched, true);
             }
         });
     if let Err(e) = started {

@@ -17,7 +17,7 @@
 //! daemon: answered, the mount is alive (the daemon unmounted and someone mounted again)
 //! or gone; failed with ENOTCONN or ECONNABORTED (a request sent while the last
 //! descriptor was still open is answered so when it closes), the mount is dead, and the
-//! sentinel detaches it as the next `litanyfs mount` there would ([`mount::detach`]).
+//! sentinel detaches it as the next `litanyfs mount` there would ([`process::detach`]).
 //! It needs no privilege a user's own mount lacks, and no `allow_other`.
 
 use std::io::{self, Read};
@@ -26,7 +26,7 @@ use std::path::Path;
 use std::process::{ExitCode, Stdio};
 use std::sync::OnceLock;
 
-use crate::mount;
+use crate::process;
 
 /// The internal subcommand the sentinel runs as: `litanyfs sentinel FD -- MOUNTPOINT`.
 const SUBCOMMAND: &str = "sentinel";
@@ -40,7 +40,7 @@ static DAEMON_END: OnceLock<io::PipeWriter> = OnceLock::new();
 pub fn start(mnt: &Path) -> io::Result<()> {
     // Both ends close-on-exec: only the sentinel is given the read end.
     let (read, write) = io::pipe()?;
-    let mut cmd = mount::detached_self(Some(read.as_raw_fd()));
+    let mut cmd = process::detached_self(Some(read.as_raw_fd()));
     cmd.arg(SUBCOMMAND)
         .arg(read.as_raw_fd().to_string())
         .arg("--")
@@ -78,7 +78,7 @@ pub fn watch(fd: RawFd, mnt: &Path) -> ExitCode {
     }
     // Whatever else the daemon's process let cross the exec: a `/dev/fuse` among them
     // would keep the dead connection up, and the sentinel waiting on its own mount.
-    mount::close_inherited(Some(fd));
+    process::close_inherited(Some(fd));
     deafen();
     // SAFETY: the read end the daemon passed for this, not otherwise owned here.
     let pipe = io::PipeReader::from(unsafe { OwnedFd::from_raw_fd(fd) });
@@ -89,8 +89,8 @@ pub fn watch(fd: RawFd, mnt: &Path) -> ExitCode {
 /// Waits for the end of `pipe`, then detaches the mount at `mnt` if it is dead.
 fn outlive(pipe: impl Read, mnt: &Path) {
     wait_for_end(pipe);
-    if mount::is_stale(mnt) {
-        match mount::detach(mnt, true) {
+    if process::is_stale(mnt) {
+        match process::detach(mnt, true) {
             Ok(()) => log::warn!("{}: the daemon died; unmounted", mnt.display()),
             Err(e) => log::error!(
                 "{}: the daemon died, and unmounting failed: {e}",

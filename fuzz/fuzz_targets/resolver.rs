@@ -141,7 +141,7 @@ fn check_page(tree: &Tree, node: &Node, address: &Address) {
     };
     let attr = tree.getattr(node).expect("an open page has attributes");
     assert_eq!(attr.size, page.len() as u64, "{address}");
-    let whole = Node::Capture(Capture::Stream {
+    let whole = Node::capture(Capture::Stream {
         record: address.record.clone(),
         stream: address.stream,
     });
@@ -184,7 +184,9 @@ fn visit(root: &Path, tree: &Tree, node: &Node) {
             }
         }
     }
-    if let Node::Capture(Capture::Page(address)) = node {
+    if let Node::Capture(capture) = node
+        && let Capture::Page(address) = &**capture
+    {
         check_page(tree, node, address);
     }
     if let Ok(attr) = tree.getattr(node)

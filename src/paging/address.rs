@@ -33,10 +33,8 @@ pub const PAGE_BYTES: u64 = 4096;
 
 /// The literal first segment of a record path.
 pub use crate::workspace::STEPS_DIR;
-/// The literal fourth segment of a record path.
-pub const TOOLS_DIR: &str = "tools";
-/// The literal last segment of a record path.
-pub const OUTPUT_FILE: &str = "output.json";
+/// The literal fourth and last segments of a record path.
+pub use crate::workspace::steps::{OUTPUT_FILE, TOOLS_DIR};
 
 /// Separates the record from the stream.
 const STREAM_SEP: char = '#';

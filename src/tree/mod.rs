@@ -33,8 +33,7 @@ mod views;
 
 pub use error::{ErrorKind, TreeError};
 pub use node::{
-    Backed, Capture, DraftNode, GitNode, HomeNode, MARKS_DIR, Node, Place, RecordView, TOP_LEVEL,
-    ViewFile,
+    Backed, Capture, DraftNode, GitNode, HomeNode, Node, Place, RecordView, TOP_LEVEL, ViewFile,
 };
 pub use records::{DEFAULT_RECORDS_CACHE_BYTES, LATEST, RESPONSE_MD, TRANSCRIPT_MD, derived_from};
 

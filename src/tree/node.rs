@@ -19,18 +19,12 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::paging::address::{OUTPUT_FILE, TOOLS_DIR};
 use crate::paging::{Address, RecordPath, Stream};
 use crate::views::{EVENTS, EVENTS_NDJSON, STATUS, STATUS_JSON};
 use crate::workspace::shared_path::SharedPath;
-use crate::workspace::steps::step_number;
-use crate::workspace::{AGENTS_DIR, INBOX_DIR, STEPS_DIR};
+use crate::workspace::steps::{OUTPUT_FILE, TOOLS_DIR, step_number};
+use crate::workspace::{AGENTS_DIR, INBOX_DIR, MARKS_DIR, NAMES_DIR, STEPS_DIR};
 use std::os::unix::ffi::OsStrExt;
-
-/// The virtual directory of marks (`marks/<kind>/<id>`).
-pub const MARKS_DIR: &str = "marks";
-/// The virtual directory of name symlinks (`names/<Name>`).
-pub const NAMES_DIR: &str = "names";
 
 /// The mount root's entries, in listing order: the workspace's own, then the views
 /// (none of which litany writes at a workspace root, CONTRACT §1.2).

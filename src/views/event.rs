@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 use crate::deposit::format_utc;
-use crate::workspace::{AGENTS_DIR, INBOX_DIR, STEPS_DIR};
+use crate::workspace::{AGENTS_DIR, INBOX_DIR, MARKS_DIR, STEPS_DIR};
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -244,7 +244,7 @@ impl Event {
 
     /// Mark `kind` of `agent` set, with its value for a blob mark.
     pub fn mark_set(at: i64, agent: &str, kind: &str, value: Option<&str>) -> Self {
-        let path = format!("{}/{kind}/{agent}", crate::tree::MARKS_DIR);
+        let path = format!("{MARKS_DIR}/{kind}/{agent}");
         Self::new(at, Kind::MarkSet, agent, Some(path))
             .with("mark", kind)
             .with("value", opt(value))

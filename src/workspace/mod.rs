@@ -23,6 +23,11 @@ pub const STEPS_DIR: &str = "steps";
 pub const INBOX_DIR: &str = "inbox";
 /// Per-agent worktrees; litanyfs reads agent content from git instead (CONTRACT §1.2).
 pub const AGENTS_DIR: &str = "agents";
+/// The mount's view of the marks (`marks/<kind>/<id>`, CONTRACT §6): a name of the
+/// workspace as the mount shows it, which the tree lists and the events name paths in.
+pub const MARKS_DIR: &str = "marks";
+/// The mount's view of the agents' names (`names/<Name>`, a symlink per named agent).
+pub const NAMES_DIR: &str = "names";
 
 /// Why a directory could not be opened as a workspace.
 #[derive(Debug)]

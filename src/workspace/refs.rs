@@ -59,6 +59,8 @@ pub fn ref_places(repo_dir: &Path) -> Vec<PathBuf> {
 
 /// The file at an agent's tree root that holds its name (`<Name>\n`, or empty).
 pub const NAME_FILE: &str = "name";
+/// The file at an agent's tree root where the titler lands a title (CONTRACT §1.2).
+pub const TITLE_FILE: &str = "title";
 /// The transcript directory at an agent's tree root: `<NNN>-<origin>.<md|json>` entries.
 pub const MESSAGES_DIR: &str = "messages";
 

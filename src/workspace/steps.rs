@@ -8,6 +8,12 @@ pub const DRIVER_LOG: &str = "driver.log";
 pub const RESPONSE_FILE: &str = "response.json";
 /// A step's closing record: written once the step is done, so its records no longer grow.
 pub const META_FILE: &str = "meta.json";
+/// A step's tool records directory: one `<tool_use_id>/` per tool call.
+pub const TOOLS_DIR: &str = "tools";
+/// A tool record's input (the model's call as litany wrote it).
+pub const INPUT_FILE: &str = "input.json";
+/// A tool record's capture: stdout, stderr, exit code and times (CONTRACT §4.2, §5).
+pub const OUTPUT_FILE: &str = "output.json";
 
 /// The suffix of the harness's write-then-rename temp files (`output.json.tmp`,
 /// `input.json.tmp`, `*-mark.<pid>.tmp`). A `.tmp` file is never a finished record.

@@ -1,0 +1,145 @@
+//! The invalidation thread: the watcher's changes on disk, turned into the kernel's
+//! invalidations of the entries and inodes it holds, so that a change in the workspace
+//! shows through the mount at once. It runs apart from the request handlers, and only
+//! asks the shared [`State`] which number the kernel knows a node by.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fuser::{INodeNo, Notifier};
+
+use super::State;
+use crate::tree::{Backed, Identity, Node};
+use crate::watch::Change;
+
+/// How long the invalidation thread rests after applying a batch of changes.
+const INVALIDATION_PAUSE: Duration = Duration::from_millis(2);
+
+/// Turns the watcher's changes into kernel invalidations, on a thread of its own: an
+/// invalidation sent from inside a request handler can deadlock against the kernel.
+pub struct Invalidator {
+    pub(super) state: Arc<State>,
+}
+
+impl Invalidator {
+    pub fn spawn(self, notifier: Notifier) {
+        if self.state.tree.watcher().is_none() {
+            return;
+        }
+        // Every refs change is told to the events follower from here on.
+        self.state.tree.views().refs_watched();
+        let started = std::thread::Builder::new()
+            .name("invalidate".into())
+            .spawn(move || self.run(notifier));
+        if let Err(e) = started {
+            log::error!("could not start the invalidation thread: {e}");
+        }
+    }
+
+    fn run(self, notifier: Notifier) {
+        let Some(watcher) = self.state.tree.watcher() else {
+            return;
+        };
+        loop {
+            let changes = match watcher.read_changes() {
+                Ok(c) => c,
+                Err(e) => {
+                    log::error!("inotify read failed ({e}); invalidation stops");
+                    return;
+                }
+            };
+            for change in changes {
+                self.apply(&notifier, change);
+            }
+            // The events follower looks now rather than at its next tick.
+            self.state.tree.views().poke();
+            // A burst of changes (a harness streaming a record, a run of deposits) then
+            // wakes this thread once per pause rather than once per event; a lone change
+            // is still applied at once.
+            std::thread::sleep(INVALIDATION_PAUSE);
+        }
+    }
+
+    /// The number the kernel knows `node` by, if any: a backing node's is found from the
+    /// file's identity now (a `stat`), any other's from the table's record of its path.
+    fn ino_of(&self, node: &Node) -> Option<u64> {
+        let inodes = &self.state.inodes;
+        if let Node::Backing(b) = node
+            && let Ok(st) = self.state.tree.backing().lstat(&b.rel())
+            && let Some(ino) = inodes.known(&Identity::Backing {
+                dev: st.dev,
+                ino: st.ino,
+            })
+        {
+            return Some(ino);
+        }
+        inodes.ino_of(node)
+    }
+
+    fn apply(&self, n: &Notifier, change: Change) {
+        let inodes = &self.state.inodes;
+        // ENOENT from the kernel only means it had nothing cached; other failures mean the
+        // session is going away.
+        let quiet = |r: std::io::Result<()>| {
+            if let Err(e) = r
+                && e.raw_os_error() != Some(libc::ENOENT)
+            {
+                log::debug!("invalidation: {e}");
+            }
+        };
+        match change {
+            Change::Entry { dir, name, renamed } => {
+                let dir_node = Node::backing(dir.clone());
+                if renamed && let Some(d) = self.ino_of(&dir_node) {
+                    quiet(n.inval_entry(INodeNo(d), &name));
+                    quiet(n.inval_inode(INodeNo(d), 0, 0));
+                }
+                if let Some(c) = self.ino_of(&Node::backing(dir.join(&name))) {
+                    quiet(n.inval_inode(INodeNo(c), 0, 0));
+                }
+                // A view rendered from that entry (response.md) changes with it.
+                if let Some(view) = crate::tree::derived_from(&dir, &name)
+                    && let Some(v) = self.ino_of(&view)
+                {
+                    quiet(n.inval_inode(INodeNo(v), 0, 0));
+                }
+            }
+            Change::Gone(dir) => {
+                if let Some(d) = self.ino_of(&Node::backing(dir.clone())) {
+                    quiet(n.inval_inode(INodeNo(d), 0, 0));
+                }
+                if let (Some(parent), Some(name)) = (dir.parent(), dir.file_name())
+                    && let Some(p) = self.ino_of(&Node::backing(parent))
+                {
+                    quiet(n.inval_entry(INodeNo(p), name));
+                }
+            }
+            Change::Refs => {
+                self.state.tree.views().refs_moved();
+                for node in self.state.tree.refs_changed() {
+                    if let Some(i) = self.ino_of(&node) {
+                        quiet(n.inval_inode(INodeNo(i), 0, 0));
+                    }
+                }
+            }
+            Change::Overflow => {
+                log::warn!("inotify queue overflowed; invalidating every cached record");
+                self.state.tree.refs().invalidate();
+                self.state.tree.views().refs_moved();
+                // Each directory's number is looked up (a `stat`) once, not once per entry.
+                let mut parents: crate::FastMap<Backed, Option<u64>> = crate::FastMap::default();
+                for (ino, node) in inodes.backing_nodes() {
+                    quiet(n.inval_inode(INodeNo(ino), 0, 0));
+                    if let Node::Backing(b) = &node
+                        && let Some(parent) = b.parent()
+                        && let Some(p) = *parents
+                            .entry(parent.clone())
+                            .or_insert_with(|| self.ino_of(&Node::Backing(parent)))
+                    {
+                        quiet(n.inval_entry(INodeNo(p), b.file_name()));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! What the daemon and its sentinel both do to processes and mount points, in one home
+//! that [`crate::mount`] and [`crate::sentinel`] both use (neither reaches into the other):
+//! starting this binary detached, closing the descriptors a process was started with,
+//! and telling a dead mount and detaching it.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// The running executable, whatever became of its path.
+const SELF_EXE: &str = "/proc/self/exe";
+
+/// A command that runs this binary detached: in a session of its own, and the child of an
+/// intermediate that exits at once (waiting for the spawned child reaps it), so nothing
+/// has to reap the process itself. `inherit` is a descriptor that crosses the exec. The
+/// binary is the running one even if its file was replaced since it started (an upgrade,
+/// a rebuild): its path would then name another file, or none.
+pub(crate) fn detached_self(inherit: Option<std::os::fd::RawFd>) -> Command {
+    let mut cmd = Command::new(SELF_EXE);
+    if let Ok(exe) = std::env::current_exe() {
+        cmd.arg0(exe);
+    }
+    // SAFETY: only async-signal-safe calls (fcntl, setsid, fork, _exit) run between fork
+    // and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(fd) = inherit
+                && libc::fcntl(fd, libc::F_SETFD, 0) < 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            match libc::fork() {
+                -1 => Err(std::io::Error::last_os_error()),
+                0 => Ok(()),
+                _ => libc::_exit(0),
+            }
+        });
+    }
+    cmd
+}
+
+/// Closes every descriptor but the standard three and `keep`: what a process was started
+/// with beyond those and does not know of. Called before any thread opens anything.
+pub(crate) fn close_inherited(keep: Option<std::os::fd::RawFd>) {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<std::os::fd::RawFd> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in fds.into_iter().filter(|&fd| fd > 2 && Some(fd) != keep) {
+        // SAFETY: closing a descriptor nothing in this process owns (the listing's own
+        // is already closed, and answers EBADF).
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Whether the mount at `mnt` has lost its daemon. `statfs` always reaches the daemon
+/// (no attribute cache answers it), so a dead connection shows at once.
+pub(crate) fn is_stale(mnt: &Path) -> bool {
+    let Ok(c) = CString::new(mnt.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut s = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: valid NUL-terminated path and a writable statfs buffer.
+    if unsafe { libc::statfs(c.as_ptr(), s.as_mut_ptr()) } == 0 {
+        return false;
+    }
+    matches!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENOTCONN | libc::ECONNABORTED)
+    )
+}
+
+/// Detaches whatever is mounted at `mnt`: directly when privileged, else through
+/// `fusermount3 -u` (lazily with `lazy`).
+pub(crate) fn detach(mnt: &Path, lazy: bool) -> std::io::Result<()> {
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    match umount2(mnt, flags) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            let mut cmd = Command::new("fusermount3");
+            cmd.arg(if lazy { "-uz" } else { "-u" }).arg(mnt);
+            let out = cmd.stderr(Stdio::piped()).output()?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(std::io::Error::other(
+                    String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                ))
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn umount2(mnt: &Path, flags: libc::c_int) -> std::io::Result<()> {
+    let c = CString::new(mnt.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

@@ -1,0 +1,424 @@
+//! An agent's steps as the model holds them: the list of its numbered step directories,
+//! and its latest step read (its `meta.json`, the tail of its `response.json`, and each
+//! tool record's `input.json` and `output.json`), each remembered while its stats stand.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{Scanner, StatKey, key, parse_utc};
+use crate::workspace::STEPS_DIR;
+use crate::workspace::backing::{Backing, Stat};
+use crate::workspace::steps::{
+    INPUT_FILE, META_FILE, OUTPUT_FILE, RESPONSE_FILE, TOOLS_DIR, step_dir_name, step_number,
+};
+
+/// How much of the end of a `response.json` is read for its finish reason and usage: a
+/// short tail first (the last lines hold them), then a longer one if that had none.
+pub const RESPONSE_TAIL_BYTES: [u64; 2] = [4 << 10, 64 << 10];
+/// How much of the end of a large `output.json` is read for its exit code and times.
+const OUTPUT_TAIL_BYTES: u64 = 512;
+/// Captures up to this size are parsed whole; larger ones are measured by the paging
+/// scanner (never held in memory) and their trailing fields read from the tail.
+const OUTPUT_PARSE_BYTES: u64 = 4 << 20;
+
+/// An agent's numbered step directories: number → name on disk. Shared between the
+/// scanner's cache and every model made from it while `steps/<id>` is unchanged (a large
+/// workspace has tens of thousands of steps, and a model is copied at each look).
+pub type StepList = Arc<BTreeMap<u64, StepName>>;
+
+/// A step directory's name, kept only when it is not the one litany gives its number
+/// ([`step_dir_name`]; `7` for `007` is one such): nearly every step's name is the
+/// number, and a large workspace's lists hold tens of thousands of them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StepName(pub(super) Option<Box<str>>);
+
+impl StepName {
+    /// Step `n`'s directory, named `name` on disk.
+    pub fn of(n: u64, name: String) -> Self {
+        if name == step_dir_name(n) {
+            StepName(None)
+        } else {
+            StepName(Some(name.into_boxed_str()))
+        }
+    }
+
+    /// The name on disk of step `n`'s directory.
+    pub fn get(&self, n: u64) -> std::borrow::Cow<'_, str> {
+        match &self.0 {
+            Some(name) => std::borrow::Cow::Borrowed(name),
+            None => std::borrow::Cow::Owned(step_dir_name(n)),
+        }
+    }
+}
+
+/// One step directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub number: u64,
+    /// Its name on disk (`007`).
+    pub dir: String,
+    pub meta: Meta,
+    /// The finish reason and output tokens, read once the step is done.
+    pub finish: Option<Finish>,
+    pub has_response: bool,
+    /// Seconds: the mtime of the directory or of its `response.json`, the newer.
+    pub mtime: i64,
+    pub tools: BTreeMap<String, Tool>,
+    /// Tool directory names that are not UTF-8, lossily.
+    pub odd_tools: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Meta {
+    Missing,
+    Done {
+        started: Option<i64>,
+        ended: Option<i64>,
+    },
+    /// It exists and does not parse: why.
+    Bad(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Finish {
+    pub reason: Option<String>,
+    pub output_tokens: Option<u64>,
+}
+
+/// A step's state as `status` and the events name it (issue 11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepState {
+    /// No `meta.json` yet and an executor holds the lock.
+    InFlight,
+    /// `meta.json` written.
+    Done,
+    /// No `meta.json` and nobody holds the lock (or a later step exists).
+    Failed,
+}
+
+impl StepState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepState::InFlight => "in-flight",
+            StepState::Done => "done",
+            StepState::Failed => "failed",
+        }
+    }
+}
+
+impl Step {
+    /// Its state, given whether it is its agent's highest step and whether the agent's
+    /// lock is held.
+    pub fn state(&self, latest: bool, running: bool) -> StepState {
+        match self.meta {
+            Meta::Done { .. } | Meta::Bad(_) => StepState::Done,
+            Meta::Missing if latest && running => StepState::InFlight,
+            Meta::Missing => StepState::Failed,
+        }
+    }
+}
+
+/// One tool record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tool {
+    /// From `input.json`: the tool's name and a one-line summary of its input; `Err`
+    /// with why when it is missing or does not parse.
+    pub input: Result<(String, String), String>,
+    /// Seconds: `input.json`'s mtime.
+    pub input_mtime: Option<i64>,
+    pub output: Option<Result<Output, String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    pub exit_code: i64,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub started: Option<i64>,
+    pub ended: Option<i64>,
+}
+
+impl Scanner {
+    /// What must stand for an agent's latest step to be taken as last read without
+    /// listing it: `steps/<id>` unchanged (no step came or went); and (the caller checks)
+    /// no executor then or now, and every tool finished. Records change only under an
+    /// executor, which holds the lock, so an idle agent costs two `stat`s a scan (its
+    /// steps and its inbox); a writer that takes no lock is seen at the next full scan.
+    pub(super) fn settle_keys(&self, id: &str) -> Vec<StatKey> {
+        // `steps/<id>` was just stated by the listing of the steps.
+        vec![self.steps.get(id).map(|(k, _)| *k).unwrap_or_default()]
+    }
+
+    /// The numbered step directories of agent `id`, whose `steps/<id>` has stat `st`.
+    pub(super) fn step_list_at(&mut self, id: &str, st: Option<Stat>) -> StepList {
+        let rel = Path::new(STEPS_DIR).join(id);
+        let Some(st) = st else {
+            self.steps.remove(id);
+            return StepList::default();
+        };
+        if let Some((k, list)) = self.steps.get(id)
+            && *k == key(&st)
+        {
+            return list.clone();
+        }
+        let list: StepList = self
+            .backing
+            .list(&rel)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(_, st)| st.is_dir())
+            .filter_map(|(n, _)| {
+                let n = n.into_string().ok()?;
+                let number = step_number(n.as_bytes())?;
+                Some((number, StepName::of(number, n)))
+            })
+            .collect::<BTreeMap<_, _>>()
+            .into();
+        self.steps.insert(id.to_string(), (key(&st), list.clone()));
+        list
+    }
+
+    /// Step `dir` (number `n`) of agent `id`, from the cache while its stats stand.
+    pub fn step(&mut self, id: &str, n: u64, dir: &str) -> Step {
+        let rel = Path::new(STEPS_DIR).join(id).join(dir);
+        let entries = self.backing.list(&rel).unwrap_or_default();
+        let stat_of = |name: &str| entries.iter().find(|(e, _)| e == name).map(|(_, s)| *s);
+        let tools_st = stat_of(TOOLS_DIR).filter(Stat::is_dir);
+        let mut keys: Vec<StatKey> = entries.iter().map(|(_, s)| key(s)).collect();
+        if let Ok(d) = self.backing.lstat(&rel) {
+            keys.push(key(&d));
+        }
+        // Listing the tools is cheap and each tool is cached on its own; the step's own
+        // files are read again only when a stat in the step directory moved.
+        let cached = self
+            .step_cache
+            .get(&rel)
+            .filter(|(k, _)| *k == keys)
+            .map(|(_, s)| s.clone());
+        if let Some(s) = &cached
+            && tools_st.is_none()
+        {
+            return s.clone();
+        }
+        let (meta, finish, has_response, mtime) = match cached {
+            Some(s) => (s.meta, s.finish, s.has_response, s.mtime),
+            None => {
+                let dir_mtime = self.backing.lstat(&rel).map(|s| s.mtime.0).unwrap_or(0);
+                let response = stat_of(RESPONSE_FILE);
+                let meta = match stat_of(META_FILE) {
+                    None => Meta::Missing,
+                    Some(_) => read_meta(&self.backing, &rel.join(META_FILE)),
+                };
+                let done = !matches!(meta, Meta::Missing);
+                let finish = match (done, response) {
+                    (true, Some(_)) => Some(read_finish(&self.backing, &rel.join(RESPONSE_FILE))),
+                    _ => None,
+                };
+                let mtime = dir_mtime.max(response.map_or(0, |r| r.mtime.0));
+                (meta, finish, response.is_some(), mtime)
+            }
+        };
+        let mut tools = BTreeMap::new();
+        let mut odd_tools = Vec::new();
+        if tools_st.is_some() {
+            let tdir = rel.join(TOOLS_DIR);
+            for (name, st) in self.backing.list(&tdir).unwrap_or_default() {
+                if !st.is_dir() {
+                    continue;
+                }
+                match name.into_string() {
+                    Ok(t) => {
+                        let tool = self.tool(&tdir.join(&t));
+                        tools.insert(t, tool);
+                    }
+                    Err(o) => odd_tools.push(lossy(o)),
+                }
+            }
+        }
+        let step = Step {
+            number: n,
+            dir: dir.to_string(),
+            meta,
+            finish,
+            has_response,
+            mtime,
+            tools,
+            odd_tools,
+        };
+        if self.caching {
+            self.grown |= self.step_cache.insert(rel, (keys, step.clone())).is_none();
+        }
+        step
+    }
+
+    fn tool(&mut self, rel: &Path) -> Tool {
+        let entries = self.backing.list(rel).unwrap_or_default();
+        let keys: Vec<StatKey> = entries.iter().map(|(_, s)| key(s)).collect();
+        if let Some((k, t)) = self.tool_cache.get(rel)
+            && *k == keys
+        {
+            return t.clone();
+        }
+        let stat_of = |name: &str| entries.iter().find(|(e, _)| e == name).map(|(_, s)| *s);
+        let input_st = stat_of(INPUT_FILE);
+        let input = match input_st {
+            None => Err(format!("no {INPUT_FILE}")),
+            Some(_) => read_input(&self.backing, &rel.join(INPUT_FILE)),
+        };
+        let output = stat_of(OUTPUT_FILE)
+            .map(|st| read_output(&self.backing, &rel.join(OUTPUT_FILE), st.size));
+        let tool = Tool {
+            input,
+            input_mtime: input_st.map(|s| s.mtime.0),
+            output,
+        };
+        if self.caching {
+            self.grown |= self
+                .tool_cache
+                .insert(rel.to_path_buf(), (keys, tool.clone()))
+                .is_none();
+        }
+        tool
+    }
+}
+
+fn lossy(o: OsString) -> String {
+    o.to_string_lossy().into_owned()
+}
+
+fn read_small(backing: &Backing, rel: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    let (f, _) = backing.open_file(rel).map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    f.take(limit)
+        .read_to_end(&mut buf)
+        .map_err(|e| e.to_string())?;
+    Ok(buf)
+}
+
+fn read_meta(backing: &Backing, rel: &Path) -> Meta {
+    let bytes = match read_small(backing, rel, 1 << 20) {
+        Ok(b) => b,
+        Err(e) => return Meta::Bad(e),
+    };
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(v) if v.is_object() => {
+            let t = |k: &str| v.get(k).and_then(Value::as_str).and_then(parse_utc);
+            Meta::Done {
+                started: t("started_at"),
+                ended: t("ended_at"),
+            }
+        }
+        Ok(_) => Meta::Bad("not a JSON object".into()),
+        Err(e) => Meta::Bad(format!("does not parse: {e}")),
+    }
+}
+
+/// The last finish reason and output-token count in the tail of a `response.json`.
+fn read_finish(backing: &Backing, rel: &Path) -> Finish {
+    use std::os::unix::fs::FileExt;
+    let mut out = Finish::default();
+    let Ok((f, st)) = backing.open_file(rel) else {
+        return out;
+    };
+    for tail in RESPONSE_TAIL_BYTES {
+        let start = st.size.saturating_sub(tail);
+        let mut buf = vec![0u8; (st.size - start) as usize];
+        if f.read_exact_at(&mut buf, start).is_err() {
+            return out;
+        }
+        for line in buf.split(|b| *b == b'\n') {
+            let Ok(v) = serde_json::from_slice::<Value>(line) else {
+                continue;
+            };
+            match v.get("type").and_then(Value::as_str) {
+                Some("finish") => {
+                    out.reason = v.get("reason").and_then(Value::as_str).map(str::to_string)
+                }
+                Some("usage") => {
+                    if let Some(n) = v.get("output_tokens").and_then(Value::as_u64) {
+                        out.output_tokens = Some(n);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if out.reason.is_some() || start == 0 {
+            break;
+        }
+    }
+    out
+}
+
+/// A tool's name and a summary of its input: a `bash` command as typed, anything else
+/// as compact JSON.
+fn read_input(backing: &Backing, rel: &Path) -> Result<(String, String), String> {
+    let bytes = read_small(backing, rel, 1 << 20)?;
+    let v: Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{INPUT_FILE} does not parse: {e}"))?;
+    let name = v
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("{INPUT_FILE} has no name"))?
+        .to_string();
+    let input = v.get("input").cloned().unwrap_or(Value::Null);
+    let summary = match input.get("command").and_then(Value::as_str) {
+        Some(cmd) => cmd.to_string(),
+        None => input.to_string(),
+    };
+    Ok((name, crate::views::event::summary(&summary)))
+}
+
+fn read_output(backing: &Backing, rel: &Path, size: u64) -> Result<Output, String> {
+    #[derive(serde::Deserialize)]
+    struct Record {
+        stdout: String,
+        stderr: String,
+        exit_code: i64,
+        started_at: String,
+        ended_at: String,
+    }
+    if size <= OUTPUT_PARSE_BYTES {
+        let bytes = read_small(backing, rel, OUTPUT_PARSE_BYTES + 1)?;
+        let r: Record = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("{OUTPUT_FILE} does not parse: {e}"))?;
+        return Ok(Output {
+            exit_code: r.exit_code,
+            stdout_bytes: r.stdout.len() as u64,
+            stderr_bytes: r.stderr.len() as u64,
+            started: parse_utc(&r.started_at),
+            ended: parse_utc(&r.ended_at),
+        });
+    }
+    // Too large to hold: the paging scanner measures the streams (and checks the record
+    // parses as litany parses it); the fields after them are read from the tail.
+    use std::os::unix::fs::FileExt;
+    let (f, st) = backing.open_file(rel).map_err(|e| e.to_string())?;
+    let index = crate::paging::scan::scan(&f, u64::MAX)
+        .map_err(|_| format!("{OUTPUT_FILE} does not parse"))?;
+    let start = st.size.saturating_sub(OUTPUT_TAIL_BYTES);
+    let mut tail = vec![0u8; (st.size - start) as usize];
+    f.read_exact_at(&mut tail, start)
+        .map_err(|e| e.to_string())?;
+    let tail = String::from_utf8_lossy(&tail);
+    // The streams come first, so the last occurrence of each key is the field itself.
+    let field = |k: &str| -> Option<&str> {
+        let at = tail.rfind(&format!("\"{k}\":"))? + k.len() + 3;
+        let rest = tail[at..].trim_start();
+        let end = rest.find([',', '\n', '}']).unwrap_or(rest.len());
+        Some(rest[..end].trim().trim_matches('"'))
+    };
+    Ok(Output {
+        exit_code: field("exit_code")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(-1),
+        stdout_bytes: index.stdout.len,
+        stderr_bytes: index.stderr.len,
+        started: field("started_at").and_then(parse_utc),
+        ended: field("ended_at").and_then(parse_utc),
+    })
+}
