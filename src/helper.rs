@@ -328,31 +328,7 @@ pub unsafe fn settle_environment() {
     }
 }
 
-/// The home directory of the real user, from the password database.
-pub fn passwd_home() -> Option<PathBuf> {
-    use std::os::unix::ffi::OsStrExt;
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    let mut pw = std::mem::MaybeUninit::<libc::passwd>::uninit();
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: getpwuid_r writes into `pw` and `buf`, both valid for their lengths, and
-    // sets `found` to `pw` or null.
-    let rc = unsafe {
-        libc::getpwuid_r(
-            libc::getuid(),
-            pw.as_mut_ptr(),
-            buf.as_mut_ptr(),
-            buf.len(),
-            &mut found,
-        )
-    };
-    if rc != 0 || found.is_null() {
-        return None;
-    }
-    // SAFETY: on success `pw` is initialised and `pw_dir` points into `buf`.
-    let dir = unsafe { std::ffi::CStr::from_ptr((*found).pw_dir) };
-    let dir = OsStr::from_bytes(dir.to_bytes());
-    (!dir.is_empty()).then(|| PathBuf::from(dir))
-}
+pub use crate::home::layout::passwd_home;
 
 #[cfg(test)]
 mod tests {

@@ -41,12 +41,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Mount WORKSPACE at MOUNTPOINT; returns once the mount answers.
+    /// Mount SOURCE at MOUNTPOINT; returns once the mount answers.
+    ///
+    /// SOURCE is a workspace (a directory holding repo.git), or a home of workspaces:
+    /// litany's data root, yog's data root, or any directory of workspaces. Without
+    /// SOURCE, litany's data root ($LITANY_HOME, else $XDG_DATA_HOME/litany, else
+    /// ~/.local/share/litany): every workspace `litany new` made.
     Mount {
-        /// A litany workspace: a directory holding repo.git.
-        workspace: PathBuf,
-        /// An existing, empty directory.
-        mountpoint: PathBuf,
+        /// [SOURCE] MOUNTPOINT: the workspace or home, and an existing, empty directory.
+        #[arg(num_args = 1..=2, required = true, value_names = ["SOURCE", "MOUNTPOINT"])]
+        paths: Vec<PathBuf>,
         #[command(flatten)]
         opts: MountOptions,
     },
@@ -155,23 +159,22 @@ fn main() -> ExitCode {
         }
     };
     let result = match args.command {
-        Cmd::Mount {
-            workspace,
-            mountpoint,
-            opts,
-        } => if opts.foreground {
-            mount::run(&workspace, &mountpoint, &opts)
-        } else {
-            mount::spawn_daemon(&workspace, &mountpoint, &opts).map(|log| {
-                eprintln!(
-                    "litanyfs: mounted {} at {} (log: {})",
-                    workspace.display(),
-                    mountpoint.display(),
-                    log.display()
-                );
-            })
-        }
-        .map_err(|e| e.to_string()),
+        Cmd::Mount { paths, opts } => match source_and_mountpoint(paths) {
+            Ok((workspace, mountpoint)) => if opts.foreground {
+                mount::run(&workspace, &mountpoint, &opts)
+            } else {
+                mount::spawn_daemon(&workspace, &mountpoint, &opts).map(|log| {
+                    eprintln!(
+                        "litanyfs: mounted {} at {} (log: {})",
+                        workspace.display(),
+                        mountpoint.display(),
+                        log.display()
+                    );
+                })
+            }
+            .map_err(|e| e.to_string()),
+            Err(why) => Err(why),
+        },
         Cmd::Unmount { mountpoint } => mount::unmount(&mountpoint).map_err(|e| e.to_string()),
         Cmd::Demo { dir } => demo(&dir),
         Cmd::Completions { shell } => print(&litanyfs::manual::completions(shell, &mut command())),
@@ -186,6 +189,19 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `[SOURCE] MOUNTPOINT`: without SOURCE, litany's data root as litany resolves it.
+fn source_and_mountpoint(mut paths: Vec<PathBuf>) -> Result<(PathBuf, PathBuf), String> {
+    let mountpoint = paths.pop().ok_or("no MOUNTPOINT given")?;
+    let source = match paths.pop() {
+        Some(s) => s,
+        None => litanyfs::home::litany_data_root().ok_or(
+            "no SOURCE given, and litany's data root is unknown: \
+             set LITANY_HOME or HOME, or name the workspace",
+        )?,
+    };
+    Ok((source, mountpoint))
 }
 
 /// Writes `bytes` to stdout.

@@ -28,8 +28,10 @@ use sd_notify::NotifyState;
 
 use crate::deposit::{Depositor, Options as DepositOptions, WakeMode};
 use crate::fs::Fs;
+use crate::home::{Source, Space};
 use crate::process;
 use crate::tree::{Deposits, Tree};
+use crate::views::Views;
 use crate::witness::Witness;
 use crate::workspace::{Workspace, WorkspaceError};
 
@@ -285,10 +287,37 @@ pub fn mounted_type(mnt: &Path) -> Option<String> {
         .map(|(_, t)| t)
 }
 
-/// Checks the workspace and the mountpoint, clearing a stale mount left by a killed
-/// daemon. Returns the opened workspace and the absolute mountpoint.
-pub fn preflight(ws: &Path, mnt: &Path) -> Result<(Workspace, PathBuf), MountError> {
-    let workspace = Workspace::open(ws).map_err(MountError::Workspace)?;
+/// What SOURCE `source` is, for a mount: a workspace, or a home of workspaces (a data
+/// root of litany's or yog's, or a directory that holds workspaces now).
+pub fn source_of(source: &Path) -> Result<Source, MountError> {
+    let abs = std::fs::canonicalize(source)
+        .map_err(|e| MountError::Workspace(WorkspaceError::Io(source.to_path_buf(), e)))?;
+    let classified = crate::home::classify(&abs);
+    match &classified {
+        Source::Workspace(_) => {}
+        Source::Home { shelves, .. } => {
+            let data_root = shelves.iter().any(|s| s.dir != abs);
+            if !data_root && crate::home::layout::scan(&shelves[0]).is_empty() {
+                // A plain directory that holds no workspace: most likely a mistyped
+                // workspace, so say that first.
+                let e = Workspace::open(&abs).err();
+                return Err(match e {
+                    Some(e) => MountError::Daemon(format!(
+                        "{e}, nor a home: it holds no workspace, and is neither litany's \
+                         data root (workspaces/) nor yog's (world/litany/)"
+                    )),
+                    None => MountError::Daemon(format!("{}: not a directory", abs.display())),
+                });
+            }
+        }
+    }
+    Ok(classified)
+}
+
+/// Checks the source and the mountpoint, clearing a stale mount left by a killed
+/// daemon. Returns what the source is and the absolute mountpoint.
+pub fn preflight(source: &Path, mnt: &Path) -> Result<(Source, PathBuf), MountError> {
+    let source = source_of(source)?;
     let mnt = absolute(mnt)?;
     if mounted_type(&mnt).is_some() {
         if !process::is_stale(&mnt) {
@@ -316,7 +345,7 @@ pub fn preflight(ws: &Path, mnt: &Path) -> Result<(Workspace, PathBuf), MountErr
     if entries.next().is_some() {
         return Err(MountError::NotEmpty(mnt));
     }
-    Ok((workspace, mnt))
+    Ok((source, mnt))
 }
 
 /// `litanyfs unmount`: detaches the mount; the daemon exits when its session ends.
@@ -554,24 +583,24 @@ fn return_large_allocations() {
     }
 }
 
-fn serve(
-    ws: &Path,
+/// The tree of `workspace` as the mount serves it, with the mount's options: read-only
+/// also when `read_only` (a home's replays); serving `views` when given (a home follows
+/// every workspace's events from discovery, before any tree exists).
+fn workspace_tree(
+    workspace: &Workspace,
     mnt: &Path,
     opts: &MountOptions,
-    ready: &mut Option<File>,
-) -> Result<(), MountError> {
-    let (workspace, mnt) = preflight(ws, mnt)?;
-    let before_dev = std::fs::metadata(&mnt)
-        .map_err(|e| MountError::Io(mnt.display().to_string(), e))?
-        .dev();
-    handle_signals(mnt.clone());
-    raise_fd_limit();
-    return_large_allocations();
+    read_only: bool,
+    views: Option<Arc<Views>>,
+) -> Result<Tree, MountError> {
     let mut tree = Tree::new(workspace.clone())
         .map_err(|e| MountError::Daemon(e.to_string()))?
         .with_cache_bytes(opts.cache_bytes)
-        .with_witness(Witness::new(&mnt))
-        .watching();
+        .with_witness(Witness::new(mnt));
+    if let Some(v) = views {
+        tree = tree.sharing_views(v);
+    }
+    let mut tree = tree.watching();
     let mut sender = opts.sender.clone();
     if let Some(agent) = &opts.agent {
         if sender != crate::workspace::inbox::USER_SENDER && sender != *agent {
@@ -591,17 +620,9 @@ fn serve(
         sender = agent.clone();
         tree = tree.confined_to(agent);
     }
-    if !opts.read_only {
-        if !opts.no_wake && crate::deposit::find_harness(opts.harness.as_deref()).is_none() {
-            log::warn!(
-                "no `{}` on PATH ({}): deposits wait in their inbox for the next driver; \
-                 set harness= (--harness) to wake agents",
-                crate::deposit::wake::HARNESS_BIN,
-                std::env::var("PATH").unwrap_or_default()
-            );
-        }
+    if !opts.read_only && !read_only {
         let depositor = Depositor::new(
-            &workspace,
+            workspace,
             DepositOptions {
                 max_message_bytes: opts.max_message_bytes,
                 harness: opts.harness.clone(),
@@ -624,14 +645,87 @@ fn serve(
             .on_launch(Box::new(move |agent, pid| views.woken(agent, pid)));
         tree = tree.with_deposits(Deposits { depositor, sender });
     }
-    let views = tree.views().clone();
-    let fs = Fs::new(Arc::new(tree));
-    let invalidator = fs.invalidator();
+    Ok(tree)
+}
+
+/// Once the session exists: what a home's opener needs to start a new tree's
+/// invalidation thread.
+type Started = std::sync::OnceLock<(Fs, fuser::Notifier)>;
+
+fn serve(
+    source: &Path,
+    mnt: &Path,
+    opts: &MountOptions,
+    ready: &mut Option<File>,
+) -> Result<(), MountError> {
+    let (source, mnt) = preflight(source, mnt)?;
+    let before_dev = std::fs::metadata(&mnt)
+        .map_err(|e| MountError::Io(mnt.display().to_string(), e))?
+        .dev();
+    handle_signals(mnt.clone());
+    raise_fd_limit();
+    return_large_allocations();
+    if !opts.read_only
+        && !opts.no_wake
+        && crate::deposit::find_harness(opts.harness.as_deref()).is_none()
+    {
+        log::warn!(
+            "no `{}` on PATH ({}): deposits wait in their inbox for the next driver; \
+             set harness= (--harness) to wake agents",
+            crate::deposit::wake::HARNESS_BIN,
+            std::env::var("PATH").unwrap_or_default()
+        );
+    }
+    let started: Arc<Started> = Arc::new(std::sync::OnceLock::new());
+    let (space, source_root, single) = match source {
+        Source::Workspace(root) => {
+            let workspace = Workspace::open(&root).map_err(MountError::Workspace)?;
+            let tree = Arc::new(workspace_tree(&workspace, &mnt, opts, false, None)?);
+            (Space::One(tree.clone()), root, Some(tree))
+        }
+        Source::Home { root, shelves } => {
+            if let Some(agent) = &opts.agent {
+                return Err(MountError::Daemon(format!(
+                    "--agent {agent} confines a mount to one agent of one workspace; \
+                     mount that workspace ({}/<workspace>) rather than the home",
+                    root.display()
+                )));
+            }
+            if opts.sender != crate::workspace::inbox::USER_SENDER {
+                return Err(MountError::Daemon(format!(
+                    "--sender {} names an agent of one workspace; on a home mount every \
+                     deposit is from `user`",
+                    opts.sender
+                )));
+            }
+            let (o, m, s) = (opts.clone(), mnt.clone(), started.clone());
+            let opener: crate::home::Opener = Box::new(move |ws, workspace, read_only, views| {
+                let tree = Arc::new(
+                    workspace_tree(workspace, &m, &o, read_only, Some(views))
+                        .map_err(|e| e.to_string())?,
+                );
+                if let Some((fs, notifier)) = s.get() {
+                    fs.invalidator(tree.clone(), Some(ws.clone()))
+                        .spawn(notifier.clone());
+                }
+                Ok(tree)
+            });
+            let home = crate::home::Home::new(root.clone(), shelves, opener);
+            home.start();
+            (Space::Home(home), root, None)
+        }
+    };
+    let home = match &space {
+        Space::Home(h) => Some(h.clone()),
+        Space::One(_) => None,
+    };
+    let fs = Fs::new(space);
+    let handle = fs.clone();
     let mut config = Config::default();
-    // The source is the workspace as an fstab line names it, so `mount -a` and systemd
-    // see the line as mounted.
+    // The source is the workspace (or home) as an fstab line names it, so `mount -a` and
+    // systemd see the line as mounted.
     config.mount_options = vec![
-        MountOption::FSName(workspace.root().display().to_string()),
+        MountOption::FSName(source_root.display().to_string()),
         MountOption::Subtype(SUBTYPE.into()),
         MountOption::NoDev,
         MountOption::NoSuid,
@@ -666,11 +760,25 @@ fn serve(
             MountError::Io(format!("starting the sentinel of {}", mnt.display()), e)
         })?;
     }
-    invalidator.spawn(session.notifier());
-    views.start();
+    let notifier = session.notifier();
+    if let Some(tree) = single {
+        handle
+            .invalidator(tree.clone(), None)
+            .spawn(notifier.clone());
+        tree.views().start();
+    }
+    if let Some(home) = &home {
+        let (fs, n) = (handle.clone(), notifier.clone());
+        home.on_gone(Box::new(move |ws| {
+            fs.forget_workspace(ws.clone(), n.clone())
+        }));
+    }
+    // A home's trees opened from now on start their own; none was opened before.
+    let _ = started.set((handle, notifier));
     let pipe = ready.take();
     let watched = mnt.clone();
-    let served = workspace.root().to_path_buf();
+    let served = source_root.clone();
+    let served_root = source_root;
     let started = std::thread::Builder::new()
         .name("ready".into())
         .spawn(move || match wait_until_mounted(&watched, before_dev) {
@@ -695,7 +803,7 @@ fn serve(
     }
     log::info!(
         "serving {} at {} with {} threads",
-        workspace.root().display(),
+        served_root.display(),
         mnt.display(),
         opts.threads
     );

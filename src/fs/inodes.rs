@@ -192,14 +192,27 @@ impl InodeTable {
         inner.slots.contains_key(&ino).then_some(ino)
     }
 
-    /// Every backing node the table knows, for invalidating all of them at once.
-    pub fn backing_nodes(&self) -> Vec<(u64, Node)> {
+    /// Every number whose node `pick` picks, with the node.
+    pub fn nodes_where(&self, pick: impl Fn(&Node) -> bool) -> Vec<(u64, Node)> {
         let inner = self.inner.lock();
         inner
             .slots
             .iter()
-            .filter(|(_, s)| matches!(s.node, Node::Backing(_)))
+            .filter(|(_, s)| pick(&s.node))
             .map(|(ino, s)| (*ino, s.node.clone()))
+            .collect()
+    }
+
+    /// Every backing node of one tree the table knows, for invalidating all of them at
+    /// once: `own` gives the tree's own node for a node the kernel knows, if it is one of
+    /// that tree's (on a home mount, a workspace's nodes are known wrapped).
+    pub fn backing_nodes(&self, own: impl Fn(&Node) -> Option<Node>) -> Vec<(u64, Node)> {
+        let inner = self.inner.lock();
+        inner
+            .slots
+            .iter()
+            .filter_map(|(ino, s)| own(&s.node).map(|n| (*ino, n)))
+            .filter(|(_, n)| matches!(n, Node::Backing(_)))
             .collect()
     }
 

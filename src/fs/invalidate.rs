@@ -9,7 +9,8 @@ use std::time::Duration;
 use fuser::{INodeNo, Notifier};
 
 use super::State;
-use crate::tree::{Backed, Identity, Node};
+use crate::home::{WsKey, in_workspace};
+use crate::tree::{Backed, HomeNode, Identity, Node, Tree};
 use crate::watch::Change;
 
 /// How long the invalidation thread rests after applying a batch of changes.
@@ -17,17 +18,21 @@ const INVALIDATION_PAUSE: Duration = Duration::from_millis(2);
 
 /// Turns the watcher's changes into kernel invalidations, on a thread of its own: an
 /// invalidation sent from inside a request handler can deadlock against the kernel.
+/// One per tree: a single mount's, or each workspace's of a home as it is opened.
 pub struct Invalidator {
     pub(super) state: Arc<State>,
+    pub(super) tree: Arc<Tree>,
+    /// Where the tree shows on a home mount: the kernel knows its nodes under it.
+    pub(super) ws: Option<WsKey>,
 }
 
 impl Invalidator {
     pub fn spawn(self, notifier: Notifier) {
-        if self.state.tree.watcher().is_none() {
+        if self.tree.watcher().is_none() {
             return;
         }
         // Every refs change is told to the events follower from here on.
-        self.state.tree.views().refs_watched();
+        self.tree.views().refs_watched();
         let started = std::thread::Builder::new()
             .name("invalidate".into())
             .spawn(move || self.run(notifier));
@@ -37,7 +42,7 @@ impl Invalidator {
     }
 
     fn run(self, notifier: Notifier) {
-        let Some(watcher) = self.state.tree.watcher() else {
+        let Some(watcher) = self.tree.watcher() else {
             return;
         };
         loop {
@@ -52,11 +57,31 @@ impl Invalidator {
                 self.apply(&notifier, change);
             }
             // The events follower looks now rather than at its next tick.
-            self.state.tree.views().poke();
+            self.tree.views().poke();
             // A burst of changes (a harness streaming a record, a run of deposits) then
             // wakes this thread once per pause rather than once per event; a lone change
             // is still applied at once.
             std::thread::sleep(INVALIDATION_PAUSE);
+        }
+    }
+
+    /// `node` of this tree as the kernel knows it.
+    fn shown(&self, node: &Node) -> Node {
+        match &self.ws {
+            Some(ws) => in_workspace(ws.clone(), node.clone()),
+            None => node.clone(),
+        }
+    }
+
+    /// The node of this tree a node the kernel knows stands for, if it is one of its.
+    fn own(&self, node: &Node) -> Option<Node> {
+        match (&self.ws, node) {
+            (None, n) => Some(n.clone()),
+            (Some(ws), Node::Home(h)) => match &**h {
+                HomeNode::In { ws: w, node } if w == ws => Some(node.clone()),
+                _ => None,
+            },
+            _ => None,
         }
     }
 
@@ -65,7 +90,7 @@ impl Invalidator {
     fn ino_of(&self, node: &Node) -> Option<u64> {
         let inodes = &self.state.inodes;
         if let Node::Backing(b) = node
-            && let Ok(st) = self.state.tree.backing().lstat(&b.rel())
+            && let Ok(st) = self.tree.backing().lstat(&b.rel())
             && let Some(ino) = inodes.known(&Identity::Backing {
                 dev: st.dev,
                 ino: st.ino,
@@ -73,7 +98,7 @@ impl Invalidator {
         {
             return Some(ino);
         }
-        inodes.ino_of(node)
+        inodes.ino_of(&self.shown(node))
     }
 
     fn apply(&self, n: &Notifier, change: Change) {
@@ -115,8 +140,8 @@ impl Invalidator {
                 }
             }
             Change::Refs => {
-                self.state.tree.views().refs_moved();
-                for node in self.state.tree.refs_changed() {
+                self.tree.views().refs_moved();
+                for node in self.tree.refs_changed() {
                     if let Some(i) = self.ino_of(&node) {
                         quiet(n.inval_inode(INodeNo(i), 0, 0));
                     }
@@ -124,11 +149,11 @@ impl Invalidator {
             }
             Change::Overflow => {
                 log::warn!("inotify queue overflowed; invalidating every cached record");
-                self.state.tree.refs().invalidate();
-                self.state.tree.views().refs_moved();
+                self.tree.refs().invalidate();
+                self.tree.views().refs_moved();
                 // Each directory's number is looked up (a `stat`) once, not once per entry.
                 let mut parents: crate::FastMap<Backed, Option<u64>> = crate::FastMap::default();
-                for (ino, node) in inodes.backing_nodes() {
+                for (ino, node) in inodes.backing_nodes(|n| self.own(n)) {
                     quiet(n.inval_inode(INodeNo(ino), 0, 0));
                     if let Node::Backing(b) = &node
                         && let Some(parent) = b.parent()

@@ -30,6 +30,7 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
+use crate::home::Space;
 use crate::tree::{
     Attr, Child, Closer, Content, ErrorKind, Identity, Kind, Node, OpenMode, Opened, SHORT_TTL,
     Tree, TreeError,
@@ -66,7 +67,8 @@ const WANTED: [InitFlags; 4] = [
 
 /// The adapter's state, shared by the request threads and the [`Invalidator`].
 pub struct State {
-    tree: Arc<Tree>,
+    /// What the mount serves: one workspace's tree, or a home of many.
+    space: Space,
     inodes: InodeTable,
     handles: Handles,
     /// Listings being read, by reader (see [`State::listing`]).
@@ -76,6 +78,8 @@ pub struct State {
     gid: u32,
 }
 
+/// The adapter; a clone is another handle on the same state.
+#[derive(Clone)]
 pub struct Fs {
     state: Arc<State>,
 }
@@ -117,13 +121,16 @@ fn file_type(kind: Kind) -> FileType {
 }
 
 impl Fs {
-    pub fn new(tree: Arc<Tree>) -> Self {
-        let root_dev = tree.backing().lstat(Path::new("")).ok().map(|st| st.dev);
+    pub fn new(space: Space) -> Self {
+        let root_dev = std::fs::metadata(space.root()).ok().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.dev()
+        });
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Self {
             state: Arc::new(State {
-                tree,
+                space,
                 inodes: InodeTable::new(root_dev),
                 handles: Handles::default(),
                 listings: Mutex::new(HashMap::new()),
@@ -134,11 +141,51 @@ impl Fs {
         }
     }
 
-    /// The part that turns changes on disk into kernel invalidations; start it with the
-    /// session's notifier once the session exists.
-    pub fn invalidator(&self) -> Invalidator {
+    /// Workspace `ws` of a home has gone: the kernel forgets its entry and every inode
+    /// under it, so nothing is served from its cache (on a thread of its own: an
+    /// invalidation sent from a request handler can deadlock against the kernel).
+    pub fn forget_workspace(&self, ws: crate::home::WsKey, notifier: fuser::Notifier) {
+        let state = self.state.clone();
+        let run = move || {
+            let mine = |n: &Node| {
+                matches!(n, Node::Home(h) if matches!(&**h,
+                    crate::tree::HomeNode::In { ws: w, .. } if *w == ws))
+            };
+            for (ino, _) in state.inodes.nodes_where(mine) {
+                let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
+            }
+            let (parent, name) = match ws.rsplit_once('/') {
+                Some((shelf, name)) => (
+                    state
+                        .inodes
+                        .ino_of(&Node::Home(Arc::new(crate::tree::HomeNode::Shelf(
+                            crate::home::layout::shelf_name(shelf),
+                        )))),
+                    name,
+                ),
+                None => (Some(ROOT_INO), &*ws),
+            };
+            if let Some(p) = parent {
+                let _ = notifier.inval_entry(INodeNo(p), OsStr::new(name));
+                let _ = notifier.inval_inode(INodeNo(p), 0, 0);
+            }
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("invalidate-gone".into())
+            .spawn(run)
+        {
+            log::warn!("no thread to invalidate a workspace that has gone ({e})");
+        }
+    }
+
+    /// The part that turns changes on disk in `tree` into kernel invalidations; start it
+    /// with the session's notifier once the session exists. `ws`: where the tree shows on
+    /// a home mount.
+    pub fn invalidator(&self, tree: Arc<Tree>, ws: Option<crate::home::WsKey>) -> Invalidator {
         Invalidator {
             state: self.state.clone(),
+            tree,
+            ws,
         }
     }
 }
@@ -209,7 +256,7 @@ impl State {
             return Ok(children.clone());
         }
         let (node, _) = self.node(INodeNo(reader.0))?;
-        let children = Arc::new(self.tree.list(&node)?);
+        let children = Arc::new(self.space.list(&node)?);
         let mut listings = self.listings.lock();
         if listings.len() >= MAX_LISTINGS {
             listings.clear();
@@ -283,7 +330,7 @@ impl Filesystem for Fs {
         guarded("lookup", || {
             match self
                 .node(parent)
-                .and_then(|(p, _)| self.tree.lookup(&p, name))
+                .and_then(|(p, _)| self.space.lookup(&p, name))
             {
                 Ok(c) => {
                     let ino = self.inodes.lookup(&c.attr.identity, &c.node);
@@ -302,8 +349,8 @@ impl Filesystem for Fs {
         guarded("getattr", || {
             let answer = self.node(ino).and_then(|(node, identity)| {
                 match fh.and_then(|fh| self.handles.get(fh.0)) {
-                    Some(h) => self.tree.stat_open(&node, &identity, &h.content),
-                    None => self.tree.stat(&node, &identity),
+                    Some(h) => self.space.stat_open(&node, &identity, &h.content),
+                    None => self.space.stat(&node, &identity),
                 }
             });
             match answer {
@@ -315,7 +362,7 @@ impl Filesystem for Fs {
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         guarded("readlink", || {
-            match self.node(ino).and_then(|(n, _)| self.tree.readlink(&n)) {
+            match self.node(ino).and_then(|(n, _)| self.space.readlink(&n)) {
                 Ok(target) => reply.data(&target),
                 Err(e) => reply.error(refuse("readlink", &e)),
             }
@@ -333,7 +380,7 @@ impl Filesystem for Fs {
             };
             let opened = self
                 .node(ino)
-                .and_then(|(node, identity)| self.tree.open(&node, &identity, mode));
+                .and_then(|(node, identity)| self.space.open(&node, &identity, mode));
             match opened {
                 Ok(opened) => self.reply_opened(ino, opened, reply),
                 Err(e) => reply.error(refuse("open", &e)),
@@ -358,7 +405,7 @@ impl Filesystem for Fs {
             };
             READ_BUFFER.with_borrow_mut(|buf| {
                 let read = self.node(ino).and_then(|(node, _)| {
-                    self.tree.read_into(&node, &h.content, offset, size, buf)
+                    self.space.read_into(&node, &h.content, offset, size, buf)
                 });
                 match read {
                     Ok(()) => reply.data(buf),
@@ -385,7 +432,7 @@ impl Filesystem for Fs {
             if let Some(h) = self.handles.remove(fh.0)
                 && let Ok((node, _)) = self.node(ino)
             {
-                self.tree.release(&node, &h.content);
+                self.space.release(&node, &h.content);
             }
             reply.ok();
         })
@@ -412,7 +459,7 @@ impl Filesystem for Fs {
             };
             match self
                 .node(ino)
-                .and_then(|(n, _)| self.tree.close(&n, &h.content, closer))
+                .and_then(|(n, _)| self.space.close(&n, &h.content, closer))
             {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(refuse("close", &e)),
@@ -509,7 +556,7 @@ impl Filesystem for Fs {
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         guarded("statfs", || {
-            let root = self.tree.workspace().root();
+            let root = self.space.root();
             match statvfs(root) {
                 Ok(s) => reply.statfs(
                     s.f_blocks,
@@ -529,12 +576,12 @@ impl Filesystem for Fs {
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         guarded("access", || {
             let answer = self.node(ino).and_then(|(node, identity)| {
-                let (attr, _) = self.tree.stat(&node, &identity)?;
+                let (attr, _) = self.space.stat(&node, &identity)?;
                 Ok((node, attr))
             });
             match answer {
                 Ok((node, a)) if mask.contains(AccessFlags::W_OK) && a.perm & 0o200 == 0 => {
-                    reply.error(refuse("access for writing", &self.tree.refusal(&node)))
+                    reply.error(refuse("access for writing", &self.space.refusal(&node)))
                 }
                 Ok(_) => reply.ok(),
                 Err(e) => reply.error(refuse("access", &e)),
@@ -544,7 +591,7 @@ impl Filesystem for Fs {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         guarded("getxattr", || {
-            let attrs = match self.node(ino).and_then(|(n, _)| self.tree.xattrs(&n)) {
+            let attrs = match self.node(ino).and_then(|(n, _)| self.space.xattrs(&n)) {
                 Ok(a) => a,
                 Err(e) => return reply.error(refuse("getxattr", &e)),
             };
@@ -559,7 +606,7 @@ impl Filesystem for Fs {
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         guarded("listxattr", || {
-            let attrs = match self.node(ino).and_then(|(n, _)| self.tree.xattrs(&n)) {
+            let attrs = match self.node(ino).and_then(|(n, _)| self.space.xattrs(&n)) {
                 Ok(a) => a,
                 Err(e) => return reply.error(refuse("listxattr", &e)),
             };
@@ -610,17 +657,17 @@ impl Filesystem for Fs {
             // Only a draft changes; owners are not kept (a message has no owner to keep).
             let done = self.node(ino).and_then(|(node, identity)| {
                 if let Some(size) = size {
-                    self.tree.set_size(&node, size)?;
+                    self.space.set_size(&node, size)?;
                 }
                 if mode.is_some() || atime.is_some() || mtime.is_some() {
-                    self.tree
+                    self.space
                         .set_meta(&node, time(atime), time(mtime), mode.map(|m| m as u16))?;
                 }
                 if size.is_none() && mode.is_none() && atime.is_none() && mtime.is_none() {
                     // chown: accepted on a draft, refused elsewhere.
-                    self.tree.set_meta(&node, None, None, None)?;
+                    self.space.set_meta(&node, None, None, None)?;
                 }
-                self.tree.stat(&node, &identity)
+                self.space.stat(&node, &identity)
             });
             match done {
                 Ok((attr, _)) => reply.attr(&SHORT_TTL, &self.fuse_attr(ino.0, &attr)),
@@ -658,7 +705,7 @@ impl Filesystem for Fs {
         guarded("unlink", || {
             match self
                 .node(parent)
-                .and_then(|(p, _)| self.tree.unlink(&p, name))
+                .and_then(|(p, _)| self.space.unlink(&p, name))
             {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(refuse("unlink", &e)),
@@ -694,7 +741,7 @@ impl Filesystem for Fs {
         guarded("rename", || {
             let done = self.node(parent).and_then(|(p, _)| {
                 let (np, _) = self.node(newparent)?;
-                self.tree.rename(&p, name, &np, newname, flags.bits())
+                self.space.rename(&p, name, &np, newname, flags.bits())
             });
             match done {
                 Ok(()) => reply.ok(),
@@ -728,12 +775,12 @@ impl Filesystem for Fs {
         let by = req.pid();
         guarded("create", || {
             let made = self.node(parent).and_then(|(p, _)| {
-                let (node, attr) = self.tree.create(&p, name)?;
+                let (node, attr) = self.space.create(&p, name)?;
                 let mode = OpenMode::Write {
                     truncate: false,
                     by,
                 };
-                let opened = self.tree.open(&node, &attr.identity, mode)?;
+                let opened = self.space.open(&node, &attr.identity, mode)?;
                 Ok((node, attr, opened))
             });
             let (node, attr, opened) = match made {
@@ -774,7 +821,7 @@ impl Filesystem for Fs {
         guarded("write", || {
             match self
                 .node(ino)
-                .and_then(|(n, _)| self.tree.write(&n, offset, data, pid))
+                .and_then(|(n, _)| self.space.write(&n, offset, data, pid))
             {
                 Ok(n) => reply.written(n as u32),
                 Err(e) => reply.error(refuse("write", &e)),

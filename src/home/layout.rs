@@ -31,6 +31,14 @@ pub const YOG_WORLD_DIR: &str = "world/litany";
 /// The mount directory of the workspaces yog's world creates.
 pub const WORLD_SHELF: &str = "world";
 
+/// The shelf directory names a home shows, as the one static string each is.
+pub fn shelf_name(at: &str) -> &'static str {
+    match at {
+        WORLD_SHELF => WORLD_SHELF,
+        _ => REPLAYS_DIR,
+    }
+}
+
 /// A directory whose children are workspaces, and where the mount shows them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shelf {
@@ -113,7 +121,7 @@ pub fn litany_data_root() -> Option<PathBuf> {
         std::env::var_os("XDG_DATA_HOME").as_deref(),
         std::env::var_os("HOME")
             .map(PathBuf::from)
-            .or_else(crate::helper::passwd_home)
+            .or_else(passwd_home)
             .as_deref(),
     )
 }
@@ -143,6 +151,32 @@ pub fn scan(shelf: &Shelf) -> Vec<OsString> {
         .collect();
     names.sort();
     names
+}
+
+/// The home directory of the real user, from the password database.
+pub fn passwd_home() -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut pw = std::mem::MaybeUninit::<libc::passwd>::uninit();
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r writes into `pw` and `buf`, both valid for their lengths, and
+    // sets `found` to `pw` or null.
+    let rc = unsafe {
+        libc::getpwuid_r(
+            libc::getuid(),
+            pw.as_mut_ptr(),
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    if rc != 0 || found.is_null() {
+        return None;
+    }
+    // SAFETY: on success `pw` is initialised and `pw_dir` points into `buf`.
+    let dir = unsafe { std::ffi::CStr::from_ptr((*found).pw_dir) };
+    let dir = OsStr::from_bytes(dir.to_bytes());
+    (!dir.is_empty()).then(|| PathBuf::from(dir))
 }
 
 #[cfg(test)]

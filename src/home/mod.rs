@@ -57,7 +57,10 @@ pub type WsKey = Arc<str>;
 /// and whether it is read-only (a replay). The tree shares the given views, which the
 /// home already follows.
 pub type Opener =
-    Box<dyn Fn(&Workspace, bool, Arc<Views>) -> Result<Arc<Tree>, String> + Send + Sync>;
+    Box<dyn Fn(&WsKey, &Workspace, bool, Arc<Views>) -> Result<Arc<Tree>, String> + Send + Sync>;
+
+/// What a home tells of each workspace that has gone.
+pub type OnGone = Box<dyn Fn(&WsKey) + Send + Sync>;
 
 /// How often an open workspace's directory is checked to be the one its tree serves.
 pub const RECHECK: Duration = Duration::from_millis(250);
@@ -88,6 +91,8 @@ pub struct Home {
     born: SystemTime,
     /// The length of the last `status` and `status.json` made (as a single mount's).
     status_lens: [AtomicU64; 2],
+    /// Told of each workspace that has gone (the adapter, so that the kernel forgets it).
+    on_gone: std::sync::OnceLock<OnGone>,
 }
 
 fn mtime(m: &std::fs::Metadata) -> SystemTime {
@@ -105,7 +110,21 @@ impl Home {
             log: Arc::new(EventLog::new()),
             born: SystemTime::now(),
             status_lens: Default::default(),
+            on_gone: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Sets what is told of each workspace that goes from now on (once).
+    pub fn on_gone(&self, f: OnGone) {
+        let _ = self.on_gone.set(f);
+    }
+
+    fn gone(&self, keys: &[WsKey]) {
+        if let Some(f) = self.on_gone.get() {
+            for k in keys {
+                f(k);
+            }
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -191,13 +210,17 @@ impl Home {
                 },
             );
         }
+        let mut gone = Vec::new();
         known.retain(|key, k| {
             let keep = seen.contains(key);
             if !keep {
                 log::info!("home: workspace {key} is gone ({})", k.dir.display());
+                gone.push(key.clone());
             }
             keep
         });
+        drop(known);
+        self.gone(&gone);
     }
 
     /// Whether `k` still names the directory it was found as.
@@ -224,6 +247,8 @@ impl Home {
             if !Self::still_there(k) {
                 log::info!("home: workspace {ws} is gone ({})", k.dir.display());
                 known.remove(ws);
+                drop(known);
+                self.gone(&[ws.into()]);
                 return Err(gone());
             }
             k.checked = Instant::now();
@@ -232,10 +257,12 @@ impl Home {
             return Ok(t.clone());
         }
         let workspace = Workspace::open(&k.dir).map_err(|_| gone())?;
-        let tree = (self.opener)(&workspace, k.read_only, k.views.clone()).map_err(|why| {
-            log::warn!("home: cannot open workspace {ws}: {why}");
-            TreeError::io(ws.to_string(), std::io::Error::from_raw_os_error(libc::EIO))
-        })?;
+        let key: WsKey = ws.into();
+        let tree =
+            (self.opener)(&key, &workspace, k.read_only, k.views.clone()).map_err(|why| {
+                log::warn!("home: cannot open workspace {ws}: {why}");
+                TreeError::io(ws.to_string(), std::io::Error::from_raw_os_error(libc::EIO))
+            })?;
         log::info!("home: opened workspace {ws}");
         k.tree = Some(tree.clone());
         Ok(tree)
@@ -451,7 +478,7 @@ impl Home {
         let bytes = if json {
             crate::views::status::json(&rows).into_bytes()
         } else {
-            crate::views::status::text(&rows).into_bytes()
+            crate::views::status::text_of_home(&rows).into_bytes()
         };
         self.status_lens[usize::from(json)].store(bytes.len() as u64, Ordering::Relaxed);
         bytes

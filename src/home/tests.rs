@@ -25,7 +25,7 @@ fn setup() -> (tempfile::TempDir, Space, Arc<Home>) {
     let Source::Home { root, shelves } = classify(&data) else {
         panic!("a data root is a home");
     };
-    let opener: Opener = Box::new(|ws, _read_only, views| {
+    let opener: Opener = Box::new(|_key, ws, _read_only, views| {
         Ok(Arc::new(
             Tree::new(ws.clone())
                 .map_err(|e| e.to_string())?
@@ -196,7 +196,7 @@ fn a_yog_home_keeps_named_world_and_replays_apart() {
     let Source::Home { root, shelves } = classify(&yog) else {
         panic!("yog's data root is a home");
     };
-    let opener: Opener = Box::new(|ws, read_only, views| {
+    let opener: Opener = Box::new(|_key, ws, read_only, views| {
         assert_eq!(read_only, ws.root().ends_with("r1"));
         Ok(Arc::new(
             Tree::new(ws.clone())

@@ -364,8 +364,23 @@ impl Views {
     }
 
     fn follow(self: Arc<Self>) {
-        let Some(mut scanner) = self.scanner() else {
-            return;
+        // A workspace being made (`litany new` fills `repo.git` after creating it) is
+        // not readable yet: try again at each idle tick, for as long as anyone holds the
+        // views.
+        let mut said = false;
+        let mut scanner = loop {
+            match Scanner::new(&self.root) {
+                Ok(s) => break s,
+                Err(e) if !said => {
+                    ::log::info!("events: cannot read the workspace yet ({e}); trying again");
+                    said = true;
+                }
+                Err(_) => {}
+            }
+            std::thread::sleep(IDLE_TICK);
+            if Arc::strong_count(&self) == 1 {
+                return;
+            }
         };
         let mut model = scanner.scan();
         self.remember_names(&model);

@@ -167,10 +167,17 @@ fn row(model: &Model, id: &str, depth: usize, confined: Option<&str>, now: i64) 
     }
 }
 
-/// The text table: a header, then one line per row (and its notes). Rows of a home
-/// mount's workspaces lead with a `WORKSPACE` column.
+/// The text table: a header, then one line per row (and its notes).
 pub fn text(rows: &[Row]) -> String {
-    let home = rows.iter().any(|r| r.workspace.is_some());
+    table(rows, rows.iter().any(|r| r.workspace.is_some()))
+}
+
+/// [`text`] of a home mount's root: a `WORKSPACE` column first, even with no rows.
+pub fn text_of_home(rows: &[Row]) -> String {
+    table(rows, true)
+}
+
+fn table(rows: &[Row], home: bool) -> String {
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
