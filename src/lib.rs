@@ -24,9 +24,16 @@
 //! | `litanyfs-spares` | [`deposit::spare`] | a spare unnamed file taken | creating an `O_TMPFILE` in `inbox/` |
 //! | `litanyfs-wake` | [`deposit::wake`] | a deposit that asks for a wake | reading `/proc/locks`, spawning `litany advance` |
 //! | `litanyfs-events` | [`views`] | a poke from `invalidate` after each batch of changes; a tick of 250 ms, 750 ms once idle ([`views::idle_wait`]) | listing steps and inboxes, reading `/proc/locks` and the refs, appending to the events log |
-//! | `litanyfs-history` | [`views`] | started once by `litanyfs-events` (at nice 19), then exits | reading the records and walking the branches |
+//! | `litanyfs-history` | [`views`] | started once by `litanyfs-events` (at nice 19), then exits; on a home mount, by the pool when a workspace needs its history, gone when none does | reading the records and walking the branches |
+//! | `litanyfs-home` | [`home`] (home mounts) | inotify on the home's shelves; a sweep every 2 s | listing the shelves |
+//! | `litanyfs-follow` | [`views::pool`] (home mounts: instead of one `litanyfs-events` per workspace) | a poke of any workspace's views; each workspace's tick (5 s once quiet and unopened) | as `litanyfs-events`, one workspace at a time |
+//! | `invalidate-gone` | [`fs`] (home mounts) | a workspace that has gone, once, then exits | the kernel's invalidation calls |
 //! | `litanyfs-reap` | [`deposit::wake`] | a launched driver exiting (one per launch) | `waitpid` of that driver |
 //! | `litanyfs-render` | [`records`] (scoped, inside a request thread's render of a long `response.json`) | started per part, exits before the request replies | reading that part of the `response.json` |
+//!
+//! On a home mount, each workspace opened (something looked inside it) adds the threads a
+//! single mount runs for its tree: `invalidate`, and the deposit threads when it takes
+//! deposits; a workspace nobody opened adds none.
 //!
 //! With `--auto-unmount` the daemon also starts one process, its [`sentinel`], which
 //! outlives it to unmount a mount it left dead.

@@ -396,3 +396,50 @@ fn a_yog_home_shows_named_world_and_replays_apart() {
     let ids = agent_ids(&world.join("replays/r1"));
     assert!(!ids.is_empty());
 }
+
+/// The daemon's threads by name, less the history thread, which comes and goes.
+fn threads(pid: i32) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .filter(|c| !c.starts_with("litanyfs-histor"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn workspaces_nobody_opens_start_no_threads() {
+    let home = Home::new();
+    for _ in 0..3 {
+        home.new_workspace();
+    }
+    let m = HomeMount::new(&home, &[]);
+    let pid = common::mount::daemon_pid(&m.mnt).expect("the daemon");
+    assert_eq!(listing(&m.mnt).len(), 3 + 4);
+    std::fs::read(m.path("status")).unwrap();
+    let before = threads(pid);
+    let mut made = Vec::new();
+    for _ in 0..12 {
+        made.push(home.new_workspace());
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || listing(&m.mnt).len() == 15 + 4),
+        "{:?}",
+        listing(&m.mnt)
+    );
+    // Every workspace is followed (its agents would show in the root status) ...
+    let status = std::fs::read_to_string(m.path("status")).unwrap();
+    assert!(status.starts_with("WORKSPACE"), "{status}");
+    // ... and the daemon runs the threads it ran with three.
+    assert_eq!(threads(pid), before, "{}", m.log_text());
+    // Opening one starts its own (the counting sees threads come).
+    listing(&m.path(&format!("{}/agents", name_of(&made[0]))));
+    std::fs::write(m.mnt.join(name_of(&made[0])).join("status"), "x").unwrap_err();
+    assert!(
+        eventually(Duration::from_secs(2), || threads(pid).len() > before.len()),
+        "{:?}",
+        threads(pid)
+    );
+}

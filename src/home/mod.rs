@@ -19,8 +19,9 @@
 //!   dropped (its threads end with it).
 //! - **Cost follows use.** Listing the root or a shelf opens no workspace. A workspace's
 //!   tree (its watches, caches and deposit threads) is built when something first looks
-//!   inside it. Each workspace's events are followed from discovery, one follower per
-//!   workspace.
+//!   inside it. Every workspace's events are followed from discovery by one [`Pool`]
+//!   (two threads, whatever the number of workspaces), which looks at a workspace nobody
+//!   has opened only every few seconds once it is quiet.
 //! - **The same rules in every workspace.** Each tree is built by the mount's own
 //!   [`Opener`] with the mount's options, so deposits, pages, the close rule,
 //!   `--read-only` and `--sender` work as on a single mount; a replay's tree is
@@ -46,6 +47,7 @@ use crate::tree::{
     Attr, Child, Content, HomeNode, Identity, Kind, NO_TTL, Node, SHORT_TTL, Tree, TreeError,
     ViewFile,
 };
+use crate::views::pool::Pool;
 use crate::views::{EventLog, Views};
 use crate::workspace::Workspace;
 
@@ -88,6 +90,8 @@ pub struct Home {
     known: Mutex<FastMap<WsKey, Known>>,
     /// The root's events: every workspace's, as the root shows them.
     log: Arc<EventLog>,
+    /// What follows every workspace's events, with two threads whatever their number.
+    followers: Arc<Pool>,
     born: SystemTime,
     /// The length of the last `status` and `status.json` made (as a single mount's).
     status_lens: [AtomicU64; 2],
@@ -108,6 +112,7 @@ impl Home {
             opener,
             known: Mutex::new(FastMap::default()),
             log: Arc::new(EventLog::new()),
+            followers: Pool::start(),
             born: SystemTime::now(),
             status_lens: Default::default(),
             on_gone: std::sync::OnceLock::new(),
@@ -196,7 +201,7 @@ impl Home {
             }
             let views = Views::new(&dir, None);
             views.tee_to(self.log.clone(), key.clone());
-            views.start();
+            self.followers.add(views.clone());
             log::info!("home: following workspace {key} ({})", dir.display());
             known.insert(
                 key,

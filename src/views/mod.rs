@@ -25,6 +25,7 @@ pub mod follow;
 pub mod history;
 pub mod log;
 pub mod model;
+pub mod pool;
 pub mod status;
 
 use std::path::Path;
@@ -161,6 +162,8 @@ pub struct Views {
     status_lens: [AtomicU64; 2],
     /// On a home mount, the root's log, which shows every event of this workspace too.
     tee: Mutex<Option<(Arc<EventLog>, Arc<str>)>>,
+    /// On a home mount, the pool that follows these views ([`pool`]): a poke wakes it.
+    pool: std::sync::OnceLock<Arc<pool::Wake>>,
 }
 
 impl Views {
@@ -180,6 +183,7 @@ impl Views {
             refs_watched: AtomicBool::new(false),
             refs_moved: AtomicBool::new(true),
             tee: Mutex::new(None),
+            pool: std::sync::OnceLock::new(),
         })
     }
 
@@ -234,6 +238,9 @@ impl Views {
     pub fn poke(&self) {
         *self.poked.lock() = true;
         self.wake.notify_one();
+        if let Some(pool) = self.pool.get() {
+            pool.poke();
+        }
     }
 
     /// Whether the view may show `e` (module docs).
@@ -390,18 +397,7 @@ impl Views {
             .name("litanyfs-history".into())
             .spawn(move || {
                 background();
-                let t = std::time::Instant::now();
-                let one_pass = Scanner::one_pass(&me.root)
-                    .map_err(|e| ::log::warn!("events: cannot read the workspace ({e})"))
-                    .ok();
-                let events = match one_pass {
-                    Some(mut s) => {
-                        history::reconstruct(&first, &mut s, history::HISTORY_MAX_EVENTS)
-                    }
-                    None => Vec::new(),
-                };
-                ::log::debug!("events: history took {:?}", t.elapsed());
-                me.history_done(events);
+                me.history(&first);
             });
         if let Err(e) = started {
             ::log::warn!("events: no history thread ({e}); only live events are shown");
@@ -424,25 +420,43 @@ impl Views {
                 return;
             }
             let started = Instant::now();
-            // A bug here must not end the events: the look is abandoned, logged, and the
-            // next one starts from the workspace as it is then.
-            let looked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.look(&mut scanner, &model)
-            }));
+            let (next, found) = self.look_guarded(&mut scanner, &model);
             rest = look_rest(started.elapsed());
-            let (next, found) = match looked {
-                Ok(looked) => looked,
-                Err(_) => {
-                    ::log::error!("events: a rescan panicked; the changes it saw are not shown");
-                    (scanner.scan(), 0)
-                }
-            };
             model = next;
             quiet = if poked || found > 0 {
                 0
             } else {
                 quiet.saturating_add(1)
             };
+        }
+    }
+
+    /// Reconstructs what happened before `first` (the first model) and logs it, then
+    /// the live events that waited for it.
+    fn history(&self, first: &Model) {
+        let t = std::time::Instant::now();
+        let one_pass = Scanner::one_pass(&self.root)
+            .map_err(|e| ::log::warn!("events: cannot read the workspace ({e})"))
+            .ok();
+        let events = match one_pass {
+            Some(mut s) => history::reconstruct(first, &mut s, history::HISTORY_MAX_EVENTS),
+            None => Vec::new(),
+        };
+        ::log::debug!("events: history took {:?}", t.elapsed());
+        self.history_done(events);
+    }
+
+    /// [`Views::look`], where a bug does not end the events: the look is abandoned,
+    /// logged, and the next one starts from the workspace as it is then.
+    fn look_guarded(&self, scanner: &mut Scanner, model: &Model) -> (Model, usize) {
+        let looked =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.look(scanner, model)));
+        match looked {
+            Ok(looked) => looked,
+            Err(_) => {
+                ::log::error!("events: a rescan panicked; the changes it saw are not shown");
+                (scanner.scan(), 0)
+            }
         }
     }
 

@@ -1,0 +1,258 @@
+//! Following many workspaces with two threads: a home mount's events.
+//!
+//! A single mount follows its workspace with a thread of its own ([`Views::start`]). A
+//! home of fifty workspaces must not run fifty: a [`Pool`] follows every workspace it is
+//! given with one thread, `litanyfs-follow`, which looks at each when it is poked or due,
+//! on the same schedule a single follower keeps ([`look_rest`], [`idle_wait`]); and
+//! reconstructs their histories, one after another, on one more, `litanyfs-history`, at
+//! the lowest CPU priority, started when a workspace needs it and gone when none does.
+//!
+//! A workspace nobody has opened has no watches to poke its follower, so once quiet it
+//! is looked at every [`UNWATCHED_TICK`] rather than every [`IDLE_TICK`]: what changes in
+//! it shows in `events` within that, and an idle home costs little whatever its size.
+//! Once its tree watches it ([`Views::refs_watched`]) it is followed as a single mount's.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::model::{Model, Scanner};
+use super::{IDLE_TICK, Views, background, idle_wait, look_rest};
+
+/// How often a quiet workspace that nothing watches is looked at.
+pub const UNWATCHED_TICK: Duration = Duration::from_secs(5);
+/// How many quiet looks in a row (at [`idle_wait`]'s pace, about five seconds) before
+/// an unwatched workspace is looked at only every [`UNWATCHED_TICK`].
+const QUIET_BEFORE_UNWATCHED_TICK: u32 = 8;
+
+/// What wakes the pool's thread: a poke of any of its views.
+#[derive(Default)]
+pub struct Wake {
+    poked: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Wake {
+    pub(super) fn poke(&self) {
+        *self.poked.lock() = true;
+        self.cv.notify_one();
+    }
+}
+
+/// One workspace's following state.
+struct Follower {
+    views: Arc<Views>,
+    /// `None` until the workspace can be read (`litany new` fills `repo.git` after
+    /// making it).
+    following: Option<(Scanner, Model)>,
+    said: bool,
+    quiet: u32,
+    /// No look before this (the rest after the last one).
+    rested: Instant,
+    /// A look at this at the latest, poked or not.
+    due: Instant,
+}
+
+impl Follower {
+    fn new(views: Arc<Views>) -> Self {
+        let now = Instant::now();
+        Self {
+            views,
+            following: None,
+            said: false,
+            quiet: 0,
+            rested: now,
+            due: now,
+        }
+    }
+
+    /// The longest a quiet follower waits for a poke: as a single mount's while its
+    /// tree watches it; [`UNWATCHED_TICK`] once it has been quiet for a while otherwise.
+    fn idle(&self) -> Duration {
+        let watched = self.views.refs_watched.load(Ordering::Relaxed);
+        if !watched && self.quiet >= QUIET_BEFORE_UNWATCHED_TICK {
+            UNWATCHED_TICK
+        } else {
+            idle_wait(self.quiet)
+        }
+    }
+
+    /// When its next turn is, as things stand.
+    fn next(&self) -> Instant {
+        if *self.views.poked.lock() {
+            self.rested
+        } else {
+            self.due
+        }
+    }
+
+    /// One turn, if it is time for one; `false` once nobody else holds the views.
+    fn turn(&mut self, now: Instant, histories: &Arc<Histories>) -> bool {
+        // The pool's list holds one reference, the follower another.
+        if Arc::strong_count(&self.views) <= 1 {
+            return false;
+        }
+        let poked = *self.views.poked.lock();
+        if now < self.rested || (!poked && now < self.due) {
+            return true;
+        }
+        *self.views.poked.lock() = false;
+        let started = Instant::now();
+        match &mut self.following {
+            None => match Scanner::new(&self.views.root) {
+                Ok(mut scanner) => {
+                    let model = scanner.scan();
+                    self.views.remember_names(&model);
+                    histories.push(self.views.clone(), model.clone());
+                    self.following = Some((scanner, model));
+                }
+                Err(e) => {
+                    if !self.said {
+                        ::log::info!("events: cannot read the workspace yet ({e}); trying again");
+                        self.said = true;
+                    }
+                    self.due = now + IDLE_TICK;
+                    return true;
+                }
+            },
+            Some((scanner, model)) => {
+                let (next, found) = self.views.look_guarded(scanner, model);
+                *model = next;
+                self.quiet = if poked || found > 0 {
+                    0
+                } else {
+                    self.quiet.saturating_add(1)
+                };
+            }
+        }
+        let rest = look_rest(started.elapsed());
+        self.rested = Instant::now() + rest;
+        self.due = self.rested.max(Instant::now() + self.idle());
+        true
+    }
+}
+
+/// A workspace's views, and the first model its history is reconstructed back from.
+type Waiting = (Arc<Views>, Model);
+
+/// The histories waiting to be reconstructed, and whether a thread is at them.
+#[derive(Default)]
+struct Histories {
+    /// The queue; `true` while a thread drains it (both under one lock, so that no
+    /// history is queued just as the thread leaves).
+    queue: Mutex<(VecDeque<Waiting>, bool)>,
+}
+
+impl Histories {
+    /// Queues `views`' history, reconstructed back from `first`, and starts the thread
+    /// when none is at the queue.
+    fn push(self: &Arc<Self>, views: Arc<Views>, first: Model) {
+        let mut q = self.queue.lock();
+        q.0.push_back((views, first));
+        if q.1 {
+            return;
+        }
+        q.1 = true;
+        drop(q);
+        let me = self.clone();
+        let started = std::thread::Builder::new()
+            .name("litanyfs-history".into())
+            .spawn(move || {
+                background();
+                me.drain();
+            });
+        if let Err(e) = started {
+            ::log::warn!("events: no history thread ({e}); only live events are shown");
+            let mut q = self.queue.lock();
+            q.1 = false;
+            for (v, _) in q.0.drain(..) {
+                v.history_done(Vec::new());
+            }
+        }
+    }
+
+    fn drain(&self) {
+        loop {
+            let (views, first) = {
+                let mut q = self.queue.lock();
+                match q.0.pop_front() {
+                    Some(next) => next,
+                    None => {
+                        q.1 = false;
+                        return;
+                    }
+                }
+            };
+            views.history(&first);
+        }
+    }
+}
+
+/// Follows many workspaces' views with one thread (module docs).
+pub struct Pool {
+    followers: Mutex<Vec<Follower>>,
+    wake: Arc<Wake>,
+    histories: Arc<Histories>,
+}
+
+impl Pool {
+    /// A pool, its thread started.
+    pub fn start() -> Arc<Self> {
+        let pool = Arc::new(Self {
+            followers: Mutex::new(Vec::new()),
+            wake: Arc::new(Wake::default()),
+            histories: Arc::default(),
+        });
+        let weak = Arc::downgrade(&pool);
+        let started = std::thread::Builder::new()
+            .name("litanyfs-follow".into())
+            .spawn(move || run(weak));
+        if let Err(e) = started {
+            ::log::error!("events: no thread to follow the workspaces ({e})");
+        }
+        pool
+    }
+
+    /// Follows `views` from now on, for as long as anyone else holds them.
+    pub fn add(&self, views: Arc<Views>) {
+        let _ = views.pool.set(self.wake.clone());
+        self.followers.lock().push(Follower::new(views));
+        self.wake.poke();
+    }
+
+    /// How many workspaces it follows now.
+    pub fn len(&self) -> usize {
+        self.followers.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The pool's thread: each follower's turn when poked or due, then a wait for the
+/// earliest next one or a poke, until the pool is dropped.
+fn run(pool: std::sync::Weak<Pool>) {
+    loop {
+        let Some(p) = pool.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        let next = {
+            let mut followers = p.followers.lock();
+            followers.retain_mut(|f| f.turn(now, &p.histories));
+            followers.iter().map(Follower::next).min()
+        };
+        let wake = p.wake.clone();
+        drop(p);
+        let mut poked = wake.poked.lock();
+        if !*poked {
+            let until = next.unwrap_or_else(|| Instant::now() + IDLE_TICK);
+            wake.cv.wait_until(&mut poked, until);
+        }
+        *poked = false;
+    }
+}
