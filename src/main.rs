@@ -33,7 +33,7 @@ use litanyfs::mount::{self, MountOptions};
 /// Everything is live. Changes other than deposits answer EROFS; a deposited message is
 /// immutable (EPERM). Logging follows RUST_LOG (default: info).
 #[derive(Parser)]
-#[command(name = "litanyfs", version, verbatim_doc_comment, after_long_help = environment())]
+#[command(name = "litanyfs", version = VERSION, verbatim_doc_comment, after_long_help = environment())]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -102,12 +102,16 @@ fn command() -> clap::Command {
     })
 }
 
+/// The crate's version, and the commit it was built from when built from a checkout
+/// (see build.rs).
+const VERSION: &str = env!("LITANYFS_VERSION");
+
 /// `--version`: the version, and what the kernel granted at the last mount logged.
 fn long_version() -> String {
     let dir = mount::log_dir().ok();
     format!(
         "{}\n{}",
-        env!("CARGO_PKG_VERSION"),
+        VERSION,
         litanyfs::kernel::version_note(dir.as_deref())
     )
 }

@@ -411,7 +411,7 @@ fn version_names_what_the_kernel_granted_at_the_last_mount() {
         text(&out.stdout)
     };
     let before = version();
-    assert!(before.starts_with(&format!("litanyfs {}\n", env!("CARGO_PKG_VERSION"))));
+    assert!(before.starts_with(&format!("litanyfs {}\n", env!("LITANYFS_VERSION"))));
     assert!(before.contains("no mount logged in"), "{before}");
     let log = state.path().join("litanyfs/a.log");
     std::fs::create_dir_all(log.parent().unwrap()).unwrap();
