@@ -4,6 +4,10 @@
 //! when it is ready and when it stops. Every mount here unmounts when its test ends,
 //! even on failure, and the helper a test installs is removed (what was there before
 //! put back) when it ends. Needs root, as mount(8) does.
+//!
+//! With `LITANYFS_INSTALLED=1` (CI, after installing the Debian package) they drive the
+//! installed files instead: `/usr/bin/litanyfs`, and the package's own helper, which is
+//! checked and never replaced.
 
 mod common;
 
@@ -15,7 +19,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use common::mount::{BIN, Mounted, alive, daemon_pid, eventually, is_mounted};
+use common::mount::{Mounted, alive, bin, daemon_pid, eventually, installed, is_mounted};
 use common::workspace::Ws;
 use litanyfs::workspace::refs::Flavour;
 
@@ -114,7 +118,7 @@ fn foreground_tells_the_service_manager_ready_once_the_mount_answers_and_stoppin
     let sock = UnixDatagram::bind(&socket).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let child = Command::new(BIN)
+    let child = Command::new(bin())
         .args(["mount", "--foreground", "--no-wake"])
         .arg(w.f.root())
         .arg(&mnt)
@@ -162,9 +166,12 @@ const HELPER: &str = "/sbin/mount.fuse.litanyfs";
 /// Serialises the tests that install [`HELPER`] (mount(8) prefers it to mount.fuse3).
 static HELPER_LOCK: Mutex<()> = Mutex::new(());
 
-/// [`HELPER`] as a symlink to the binary under test, for as long as it lives; whatever
-/// was there before is moved aside and put back.
+/// [`HELPER`] leading to the binary under test, for as long as it lives. Testing this
+/// build, it is a symlink made here, and whatever was there before is moved aside and put
+/// back; testing the installed package, it is the package's, checked and left alone.
 struct Helper {
+    /// Whether [`HELPER`] was made here (and so is removed when this is dropped).
+    made: bool,
     saved: Option<PathBuf>,
     _lock: MutexGuard<'static, ()>,
 }
@@ -177,18 +184,41 @@ impl Helper {
             0,
             "mount(8) tests need root (they install {HELPER})"
         );
+        if installed() {
+            let link = std::fs::read_link(HELPER)
+                .unwrap_or_else(|e| panic!("the package's {HELPER}: {e}"));
+            assert_eq!(
+                std::fs::canonicalize(HELPER).unwrap(),
+                std::fs::canonicalize(bin()).unwrap(),
+                "{HELPER} -> {} is not {}",
+                link.display(),
+                bin()
+            );
+            return Self {
+                made: false,
+                saved: None,
+                _lock: lock,
+            };
+        }
         let saved = std::fs::symlink_metadata(HELPER).is_ok().then(|| {
             let aside = PathBuf::from(format!("{HELPER}.litanyfs-test-saved"));
             std::fs::rename(HELPER, &aside).unwrap();
             aside
         });
-        std::os::unix::fs::symlink(BIN, HELPER).unwrap();
-        Self { saved, _lock: lock }
+        std::os::unix::fs::symlink(bin(), HELPER).unwrap();
+        Self {
+            made: true,
+            saved,
+            _lock: lock,
+        }
     }
 }
 
 impl Drop for Helper {
     fn drop(&mut self) {
+        if !self.made {
+            return;
+        }
         let _ = std::fs::remove_file(HELPER);
         if let Some(aside) = &self.saved {
             let _ = std::fs::rename(aside, HELPER);
@@ -320,13 +350,19 @@ impl Drop for Removed {
 #[test]
 fn mount_fuse3_runs_litanyfs_with_the_o_list() {
     // mount.fuse3 runs `litanyfs WORKSPACE MOUNTPOINT -o OPTIONS` through /bin/sh, found
-    // on PATH; mount(8) would give it none, so it is called here directly.
+    // on PATH; mount(8) would give it none, so it is called here directly. The installed
+    // package's binary is found on the system's PATH alone; this build's through a
+    // directory put first.
     let w = workspace();
     let t = tempfile::tempdir().unwrap();
     let m = mountpoint(t.path());
-    let bin = t.path().join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    std::os::unix::fs::symlink(BIN, bin.join("litanyfs")).unwrap();
+    let mut path = String::from("/usr/sbin:/usr/bin:/sbin:/bin");
+    if !installed() {
+        let dir = t.path().join("bin");
+        std::fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::symlink(bin(), dir.join("litanyfs")).unwrap();
+        path = format!("{}:{path}", dir.display());
+    }
     let log = t.path().join("daemon.log");
     let out = run(Command::new("mount.fuse3")
         .arg(w.f.root())
@@ -334,10 +370,7 @@ fn mount_fuse3_runs_litanyfs_with_the_o_list() {
         .args(["-t", "fuse.litanyfs", "-o"])
         .arg(format!("ro,agent={A},log_file={}", log.display()))
         .env_clear()
-        .env(
-            "PATH",
-            format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bin.display()),
-        ));
+        .env("PATH", path));
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(findmnt(&m.mnt).map(|f| f.1), Some("fuse.litanyfs".into()));
     assert_eq!(names(&m.mnt.join("steps")), BTreeSet::from([A.to_string()]));
@@ -404,7 +437,7 @@ fn version_names_what_the_kernel_granted_at_the_last_mount() {
     let w = workspace();
     let state = tempfile::tempdir().unwrap();
     let version = || {
-        let out = run(Command::new(BIN)
+        let out = run(Command::new(bin())
             .arg("--version")
             .env("XDG_STATE_HOME", state.path()));
         assert!(out.status.success());
@@ -417,7 +450,7 @@ fn version_names_what_the_kernel_granted_at_the_last_mount() {
     std::fs::create_dir_all(log.parent().unwrap()).unwrap();
     let t = tempfile::tempdir().unwrap();
     let m = mountpoint(t.path());
-    let out = run(Command::new(BIN)
+    let out = run(Command::new(bin())
         .arg("mount")
         .arg("--log-file")
         .arg(&log)

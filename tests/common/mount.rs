@@ -6,7 +6,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_litanyfs");
+/// Where the Debian package installs the binary.
+pub const INSTALLED_BIN: &str = "/usr/bin/litanyfs";
+
+/// Whether the tests drive the installed package (`LITANYFS_INSTALLED=1`, which CI sets
+/// after installing the .deb) instead of this build's binary.
+pub fn installed() -> bool {
+    std::env::var_os("LITANYFS_INSTALLED").is_some_and(|v| v == "1")
+}
+
+/// The binary under test: this build's, or the installed one (see [`installed`]).
+pub fn bin() -> &'static str {
+    if installed() {
+        INSTALLED_BIN
+    } else {
+        env!("CARGO_BIN_EXE_litanyfs")
+    }
+}
 
 pub fn litanyfs(args: &[&std::ffi::OsStr]) -> Output {
     litanyfs_env(args, &[])
@@ -14,7 +30,7 @@ pub fn litanyfs(args: &[&std::ffi::OsStr]) -> Output {
 
 /// [`litanyfs`] with `env` added to the daemon's environment.
 pub fn litanyfs_env(args: &[&std::ffi::OsStr], env: &[(&str, &std::ffi::OsStr)]) -> Output {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(bin());
     cmd.args(args).env("RUST_LOG", "litanyfs=debug");
     for (k, v) in env {
         cmd.env(k, v);
