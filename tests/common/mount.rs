@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+/// This build's binary.
+pub const BIN: &str = env!("CARGO_BIN_EXE_litanyfs");
+
 /// Where the Debian package installs the binary.
 pub const INSTALLED_BIN: &str = "/usr/bin/litanyfs";
 
@@ -15,13 +18,9 @@ pub fn installed() -> bool {
     std::env::var_os("LITANYFS_INSTALLED").is_some_and(|v| v == "1")
 }
 
-/// The binary under test: this build's, or the installed one (see [`installed`]).
+/// The binary under test: [`BIN`], or the installed one (see [`installed`]).
 pub fn bin() -> &'static str {
-    if installed() {
-        INSTALLED_BIN
-    } else {
-        env!("CARGO_BIN_EXE_litanyfs")
-    }
+    if installed() { INSTALLED_BIN } else { BIN }
 }
 
 pub fn litanyfs(args: &[&std::ffi::OsStr]) -> Output {
