@@ -916,6 +916,90 @@ def bench_views(tmp):
     unmount(mnt2)
 
 
+def cpu_seconds(pid):
+    """User plus system CPU seconds process `pid` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_home(tmp):
+    """A home of many workspaces: a walk of one inside it against a single mount of it,
+    `cat status` over all of them against the same facts gathered natively, what the
+    daemon costs idle, its memory, and how soon a new workspace shows."""
+    count, agents, steps = (10, 10, 5) if QUICK else (50, 40, 10)
+    print(f"10. home: {count} workspaces x {agents} agents x {steps} steps", flush=True)
+    home = tmp / "home"
+    home.mkdir()
+    spaces = [home / f"ws{i:02d}" for i in range(count)]
+    ids = {ws: make_workspace(ws, agents, steps) for ws in spaces}
+    one = spaces[0]
+    hmnt, smnt = tmp / "home-mnt", tmp / "home-single-mnt"
+    threads_before = None
+
+    def walk_in(root):
+        drop_caches()
+        return timed(walk, root)[0]
+
+    # Alternated: a single mount of ws00, then the home mount's ws00, each mounted fresh.
+    single, inside = [], []
+    for r in range(3):
+        for which in (("single", "home") if r % 2 == 0 else ("home", "single")):
+            if which == "single":
+                mount(one, smnt)
+                single.append(walk_in(smnt))
+                unmount(smnt)
+            else:
+                mount(home, hmnt)
+                inside.append(walk_in(hmnt / one.name))
+                unmount(hmnt)
+    s, h = statistics.median(single), statistics.median(inside)
+    row("home: cold walk of one workspace inside the home, s (median of 3)", round(h, 3), round(s, 3), round(h / s, 3), lambda r: r <= 1.05, " s", "anchor: the same walk of a single mount of it; target within 5%")
+
+    mount(home, hmnt)
+    pid = daemon_pid(hmnt)
+    threads_before = len(os.listdir(f"/proc/{pid}/task")) if pid else None
+
+    def cat_status():
+        return len((hmnt / "status").read_bytes())
+
+    def native():
+        Path("/proc/locks").read_text()
+        for ws in spaces:
+            git(ws, "for-each-ref", "--format=%(refname)", "refs/heads/agents/", "refs/litany/")
+            for aid in ids[ws]:
+                os.listdir(ws / "steps" / aid)
+                os.listdir(ws / "inbox" / aid)
+                os.stat(ws / "inbox" / aid)
+
+    first = timed(cat_status)[0]
+    nat = statistics.median([timed(native)[0] for _ in range(3)])
+    warm = statistics.median([timed(cat_status)[0] for _ in range(3)])
+    row(f"home: first cat status over {count * agents} agents, s", round(first, 3), round(nat, 3), round(first / nat, 2), lambda r: r <= 2.0, " s", f"then {round(warm, 3)} s; anchor: the same facts gathered natively (median of 3); target 2x")
+    # Idle: nothing changes; the daemon's CPU over a while, once the histories are in.
+    time.sleep(5 if QUICK else 15)
+    idle = 10 if QUICK else 30
+    c0 = cpu_seconds(pid) if pid else None
+    time.sleep(idle)
+    c1 = cpu_seconds(pid) if pid else None
+    per10 = None if c0 is None else round((c1 - c0) * 10 / idle, 3)
+    threads = len(os.listdir(f"/proc/{pid}/task")) if pid else None
+    row("home: idle daemon CPU, s per 10 s", per10, 0.1, None if per10 is None else round(per10 / 0.1, 2), lambda r: r is not None and r <= 1.0, " s", f"over {idle} s; {threads} threads ({threads_before} at the mount) for {count} workspaces")
+    rss = peak_rss_mib(pid) if pid else None
+    row("home: daemon peak RSS after cat status", rss, 150, None if rss is None else round(rss / 150, 2), lambda r: r is not None and r <= 1.0, " MiB")
+    # A new workspace, made elsewhere and renamed into place (as yog does): until listed.
+    new = tmp / "home-new"
+    make_workspace(new, 2, 1)
+    t = time.perf_counter()
+    new.rename(home / "zz-new")
+    while "zz-new" not in os.listdir(hmnt):
+        if time.perf_counter() - t > 10:
+            raise RuntimeError("the new workspace never showed")
+        time.sleep(0.005)
+    shown = time.perf_counter() - t
+    row("home: a new workspace renamed into place to its listing, s", round(shown, 3), 1.0, round(shown, 2), lambda r: r <= 1.0, " s", "anchor: the issue's 1 s")
+    unmount(hmnt)
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     global QUICK
@@ -925,7 +1009,7 @@ def main():
     tmp = Path(tempfile.mkdtemp(prefix="litanyfs-bench-"))
     started = time.time()
     try:
-        sections = [("seq", bench_sequential), ("walk", bench_walk), ("paging", bench_paging), ("deposits", bench_deposits), ("records", bench_records), ("refs", bench_refs), ("scale", bench_scale), ("views", bench_views)]
+        sections = [("seq", bench_sequential), ("walk", bench_walk), ("paging", bench_paging), ("deposits", bench_deposits), ("records", bench_records), ("refs", bench_refs), ("scale", bench_scale), ("views", bench_views), ("home", bench_home)]
         for name, f in sections:
             if only and name not in only:
                 continue
