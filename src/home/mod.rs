@@ -199,21 +199,7 @@ impl Home {
             if known.get(&key).is_some_and(|k| k.id == id) {
                 continue;
             }
-            let views = Views::new(&dir, None);
-            views.tee_to(self.log.clone(), key.clone());
-            self.followers.add(views.clone());
-            log::info!("home: following workspace {key} ({})", dir.display());
-            known.insert(
-                key,
-                Known {
-                    dir,
-                    id,
-                    read_only: shelf.read_only,
-                    views,
-                    tree: None,
-                    checked: Instant::now(),
-                },
-            );
+            self.follow(&mut known, key, shelf, dir, id);
         }
         let mut gone = Vec::new();
         known.retain(|key, k| {
@@ -226,6 +212,64 @@ impl Home {
         });
         drop(known);
         self.gone(&gone);
+    }
+
+    /// Knows workspace `key` (directory `dir`, with device and inode `id`, on `shelf`)
+    /// from now on, and follows its events.
+    fn follow(
+        &self,
+        known: &mut FastMap<WsKey, Known>,
+        key: WsKey,
+        shelf: &Shelf,
+        dir: PathBuf,
+        id: (u64, u64),
+    ) {
+        let views = Views::new(&dir, None);
+        views.tee_to(self.log.clone(), key.clone());
+        self.followers.add(views.clone());
+        log::info!("home: following workspace {key} ({})", dir.display());
+        known.insert(
+            key,
+            Known {
+                dir,
+                id,
+                read_only: shelf.read_only,
+                views,
+                tree: None,
+                checked: Instant::now(),
+            },
+        );
+    }
+
+    /// Whether there is a workspace `key` now; one not known yet is known from now on.
+    /// One `stat` or two, not a sweep: a lookup of a name that is no workspace (a shell
+    /// completing, a typo) must not read every shelf.
+    fn discover(&self, key: &str) -> bool {
+        if self.known.lock().contains_key(key) {
+            return true;
+        }
+        let (at, name) = match key.split_once('/') {
+            Some((at, name)) => (Some(at), name),
+            None => (None, key),
+        };
+        let Some(shelf) = self.shelf_at(at) else {
+            return false;
+        };
+        if layout::hidden(OsStr::new(name)) || (at.is_none() && self.reserved(name)) {
+            return false;
+        }
+        let dir = shelf.dir.join(name);
+        if !layout::is_workspace(&dir) {
+            return false;
+        }
+        let Ok(meta) = std::fs::metadata(&dir) else {
+            return false;
+        };
+        let mut known = self.known.lock();
+        if !known.contains_key(key) {
+            self.follow(&mut known, key.into(), shelf, dir, (meta.dev(), meta.ino()));
+        }
+        true
     }
 
     /// Whether `k` still names the directory it was found as.
@@ -243,7 +287,9 @@ impl Home {
             Some(k) => k,
             None => {
                 drop(known);
-                self.sweep();
+                if !self.discover(ws) {
+                    return Err(gone());
+                }
                 known = self.known.lock();
                 known.get_mut(ws).ok_or_else(gone)?
             }
@@ -369,14 +415,7 @@ impl Home {
 
     /// The node of workspace `key`'s directory, if there is such a workspace now.
     fn workspace_node(&self, key: WsKey) -> Option<Node> {
-        let known = self.known.lock().contains_key(&key);
-        if !known {
-            self.sweep();
-            if !self.known.lock().contains_key(&key) {
-                return None;
-            }
-        }
-        Some(in_workspace(key, Node::Root))
+        self.discover(&key).then(|| in_workspace(key, Node::Root))
     }
 
     fn child(&self, name: OsString, node: Node, attr: Attr) -> Child {
