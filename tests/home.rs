@@ -443,3 +443,31 @@ fn workspaces_nobody_opens_start_no_threads() {
         threads(pid)
     );
 }
+
+#[test]
+fn a_read_only_home_refuses_deposits_in_every_workspace() {
+    let home = Home::new();
+    let ws = home.new_workspace();
+    home.run(&["prompt", ws.to_str().unwrap(), "hello", "--name", "Solo"]);
+    let m = HomeMount::new(&home, &["--read-only"]);
+    let id = agent_ids(&ws)
+        .into_iter()
+        .find(|i| i.matches('-').count() == 1)
+        .expect("Solo's id");
+    let e = std::fs::write(m.path(&format!("{}/inbox/{id}/x", name_of(&ws))), "x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    // And --agent, which names one workspace's agent, is refused on a home with one line.
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .arg("mount")
+        .arg(dir.path())
+        .args(["--agent", &id])
+        .env("LITANY_HOME", &home.home)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--agent"), "{err}");
+    assert!(!is_mounted(dir.path()));
+}
