@@ -124,10 +124,12 @@ pub fn document(mount: Command) -> Command {
             }
         })
         .after_long_help(format!(
-            "As mount(8) runs it (mount -t fuse.{SUBTYPE}, /etc/fstab, or the helper \
-             mount.fuse.{SUBTYPE}):\n\n  litanyfs WORKSPACE MOUNTPOINT -o OPTION[,OPTION...]\n\n\
-             with the -o spelling shown for each option above. Generic options are \
-             accepted:\n{generic}\nAny other option is refused."
+            "Every option can also be given as -o OPTION[,OPTION...], with the -o \
+             spelling shown for it above, here and as mount(8) runs it (mount -t \
+             fuse.{SUBTYPE}, /etc/fstab, or the helper mount.fuse.{SUBTYPE}):\n\n  \
+             litanyfs mount WORKSPACE MOUNTPOINT -o OPTION[,OPTION...]\n  \
+             litanyfs WORKSPACE MOUNTPOINT -o OPTION[,OPTION...]\n\n\
+             Generic options are accepted:\n{generic}\nAny other option is refused."
         ))
 }
 
@@ -177,22 +179,32 @@ pub struct CommandLine {
     pub helper: bool,
 }
 
-/// The command line to parse: `argv` itself, or, when it is the mount-helper form (the
-/// program is one of [`helper_names`], or its first argument is neither an option nor
-/// one of `subcommands` and a second follows), its translation into `litanyfs mount`.
+/// The command line to parse: `argv` itself; or, when it is the mount-helper form (the
+/// program is one of [`helper_names`], or its first argument is `-o` or is neither an
+/// option nor one of `subcommands` and a second follows), its translation into
+/// `litanyfs mount`; or, for `litanyfs mount ...`, `argv` with each `-o OPTIONS` among
+/// its arguments replaced by the flags it spells, so `-o` is taken wherever a mount(8)
+/// user types it.
 pub fn command_line(argv: Vec<OsString>, subcommands: &[&str]) -> Result<CommandLine, String> {
     let prog = argv.first().map(PathBuf::from).unwrap_or_default();
     let named = prog
         .file_name()
         .and_then(OsStr::to_str)
         .is_some_and(|n| helper_names().iter().any(|h| h == n));
+    let first = argv.get(1).map(|a| a.as_encoded_bytes());
     let positional_first = argv.get(1).is_some_and(|a| {
         !a.as_encoded_bytes().starts_with(b"-") && !subcommands.iter().any(|s| a == *s)
     });
-    let helper = named || (positional_first && argv.len() > 2);
+    let options_first = first.is_some_and(|a| a.starts_with(b"-o"));
+    let helper = named || options_first || (positional_first && argv.len() > 2);
     if !helper {
+        let args = if argv.get(1).is_some_and(|a| a == MOUNT) {
+            with_o_expanded(argv)?
+        } else {
+            argv
+        };
         return Ok(CommandLine {
-            args: argv,
+            args,
             helper: false,
         });
     }
@@ -200,6 +212,47 @@ pub fn command_line(argv: Vec<OsString>, subcommands: &[&str]) -> Result<Command
         args: translate(&argv[1..])?,
         helper: true,
     })
+}
+
+/// The subcommand whose arguments take `-o` as well.
+const MOUNT: &str = "mount";
+
+/// `litanyfs mount ARGS...` with each `-o OPTIONS` (or `-oOPTIONS`) before a `--`
+/// replaced by the flags it spells ([`mount_flags`]); the value of a flag that takes
+/// one is left alone, even if it starts with `-o`.
+fn with_o_expanded(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
+    let cmd = mount_args();
+    let takes_value = |flag: &str| {
+        flag.strip_prefix("--").is_some_and(|long| {
+            !long.contains('=')
+                && cmd
+                    .get_arguments()
+                    .any(|a| a.get_long() == Some(long) && a.get_action().takes_values())
+        })
+    };
+    let mut out = Vec::with_capacity(argv.len());
+    let mut it = argv.into_iter();
+    out.extend(it.by_ref().take(2));
+    while let Some(a) = it.next() {
+        let s = a.to_string_lossy().into_owned();
+        if s == "--" {
+            out.push(a);
+            out.extend(it.by_ref());
+            break;
+        }
+        if s == "-o" {
+            let value = it.next().ok_or("-o needs a value")?;
+            let value = value.to_str().ok_or("-o: not UTF-8")?;
+            out.extend(mount_flags(value, false)?);
+        } else if let Some(list) = s.strip_prefix("-o") {
+            out.extend(mount_flags(list, false)?);
+        } else {
+            let value = takes_value(&s).then(|| it.next()).flatten();
+            out.push(a);
+            out.extend(value);
+        }
+    }
+    Ok(out)
 }
 
 /// `WORKSPACE MOUNTPOINT [-o OPTIONS]... [-t TYPE] [-n] [-s] [-v]` as `litanyfs mount`
@@ -437,6 +490,82 @@ mod tests {
         assert!(err.contains("got 1"), "{err}");
         let err = line(&["litanyfs", "w", "m", "--read-only"]).err().unwrap();
         assert!(err.contains("unknown argument --read-only"), "{err}");
+    }
+
+    #[test]
+    fn o_is_taken_after_the_mount_subcommand_and_first() {
+        let args = |l: CommandLine| -> Vec<String> {
+            l.args
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        let l = line(&["litanyfs", "mount", "ws", "mnt", "-o", "ro,threads=2"]).unwrap();
+        assert!(!l.helper);
+        assert_eq!(
+            args(l),
+            [
+                "litanyfs",
+                "mount",
+                "ws",
+                "mnt",
+                "--read-only",
+                "--threads",
+                "2"
+            ]
+        );
+        let l = line(&["litanyfs", "mount", "-oro", "ws", "mnt", "--no-wake"]).unwrap();
+        assert_eq!(
+            args(l),
+            ["litanyfs", "mount", "--read-only", "ws", "mnt", "--no-wake"]
+        );
+        // A flag's value is its own, even one spelt like -o; after `--`, nothing is.
+        let l = line(&[
+            "litanyfs",
+            "mount",
+            "--log-file",
+            "-o",
+            "w",
+            "m",
+            "--",
+            "-o",
+        ])
+        .unwrap();
+        assert_eq!(
+            args(l),
+            [
+                "litanyfs",
+                "mount",
+                "--log-file",
+                "-o",
+                "w",
+                "m",
+                "--",
+                "-o"
+            ]
+        );
+        let err = line(&["litanyfs", "mount", "w", "m", "-o", "bogus"])
+            .err()
+            .unwrap();
+        assert_eq!(err, "unknown mount option `bogus`");
+        assert!(line(&["litanyfs", "mount", "w", "m", "-o"]).is_err());
+        // Options before the positionals, as some mount(8) users write them.
+        assert_eq!(
+            translated(&["litanyfs", "-o", "ro", "/srv/ws", "/mnt/ws"]),
+            [
+                "litanyfs",
+                "mount",
+                "--read-only",
+                "--",
+                "/srv/ws",
+                "/mnt/ws"
+            ]
+        );
+        // Whatever clap then parses is the same options as the flags.
+        let flags = &args(line(&["litanyfs", "mount", "w", "m", "-o", "ro,agent=X"]).unwrap())[4..];
+        let parsed = MountOptions::parse_args(flags).unwrap();
+        assert!(parsed.read_only);
+        assert_eq!(parsed.agent.as_deref(), Some("X"));
     }
 
     #[test]

@@ -57,18 +57,26 @@ fn daemon_args(m: &Mounted) -> Vec<String> {
 #[test]
 fn a_daemon_mount_honours_its_options() {
     let w = workspace();
-    let m = Mounted::with_args(
-        w.f.root(),
+    // The same options as flags, and as `-o` after `litanyfs mount WS MNT`.
+    let o = format!("ro,agent={A},threads=2,no_wake");
+    let forms: [&[&str]; 2] = [
         &["--read-only", "--agent", A, "--threads", "2", "--no-wake"],
-    );
-    let args = daemon_args(&m);
-    for want in ["--read-only", "--agent", A, "--threads", "2", "--no-wake"] {
-        assert!(args.iter().any(|a| a == want), "{want} missing: {args:?}");
+        &["-o", &o],
+    ];
+    for form in forms {
+        let m = Mounted::with_args(w.f.root(), form);
+        let args = daemon_args(&m);
+        for want in ["--read-only", "--agent", A, "--threads", "2", "--no-wake"] {
+            assert!(
+                args.iter().any(|a| a == want),
+                "{form:?}: {want} missing: {args:?}"
+            );
+        }
+        assert_eq!(names(&m.path("steps")), BTreeSet::from([A.to_string()]));
+        let err = std::fs::write(m.path(&format!("inbox/{A}/note")), b"hi").unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{form:?}: {err}");
+        assert!(names(&w.f.root().join("inbox").join(A)).is_empty());
     }
-    assert_eq!(names(&m.path("steps")), BTreeSet::from([A.to_string()]));
-    let err = std::fs::write(m.path(&format!("inbox/{A}/note")), b"hi").unwrap_err();
-    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
-    assert!(names(&w.f.root().join("inbox").join(A)).is_empty());
 }
 
 /// A `litanyfs mount --foreground` this test started: when dropped, its mount is
