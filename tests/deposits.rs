@@ -278,9 +278,13 @@ fn refusals_reach_the_call_that_caused_them() {
     let m = mount(&w, &["--max-message-bytes", "1000"]);
     let dir = m.path(&format!("inbox/{A}"));
     let errno = |r: std::io::Result<()>| r.unwrap_err().raw_os_error();
-    // Not UTF-8: close (flush) says EILSEQ, and nothing is deposited.
+    // Not UTF-8: the write says EILSEQ, and nothing is deposited.
     let mut f = std::fs::File::create(dir.join("bad")).unwrap();
-    f.write_all(&[0xff, 0xfe, b'x']).unwrap();
+    assert_eq!(
+        f.write_all(&[0xff, 0xfe, b'x']).unwrap_err().raw_os_error(),
+        Some(libc::EILSEQ)
+    );
+    // Python buffers its writes: the one write(2) happens at close(), which raises.
     let c = Command::new("python3")
         .arg("-c")
         .arg("import sys,errno\nf=open(sys.argv[1],'wb')\nf.write(b'\\xff\\xfe')\ntry:\n    f.close()\nexcept OSError as e:\n    sys.exit(0 if e.errno==errno.EILSEQ else 3)\nsys.exit(4)")
@@ -362,18 +366,37 @@ fn private_and_empty_files_are_never_deposited() {
     let w = workspace();
     let m = mount(&w, &[]);
     let dir = m.path(&format!("inbox/{A}"));
-    std::fs::write(dir.join(".note.swp"), b"swap").unwrap();
+    std::fs::write(dir.join(".note.swp"), b"swap \xff binary").unwrap();
     std::fs::write(dir.join("4913"), b"").unwrap();
     std::fs::File::create(dir.join("empty")).unwrap();
-    assert_eq!(std::fs::read(dir.join(".note.swp")).unwrap(), b"swap");
+    assert_eq!(
+        std::fs::read(dir.join(".note.swp")).unwrap(),
+        b"swap \xff binary"
+    );
+    // Closed empty, a message is refused: it leaves the listing at once (private
+    // scratch stays), and its name still resolves for the alias grace.
     let listed = names(&dir);
+    assert!(listed.contains(".note.swp"), "{listed:?}");
     assert!(
-        listed.contains(".note.swp") && listed.contains("4913") && listed.contains("empty"),
+        !listed.contains("4913") && !listed.contains("empty"),
         "{listed:?}"
     );
     std::fs::remove_file(dir.join("4913")).unwrap();
-    assert!(!names(&dir).contains("4913"));
     assert!(deposits(&w.f.inbox(A)).is_empty());
+    // `touch f` then `>> f`: the append starts the message anew and sends it.
+    let out = sh(&format!(
+        "cd '{}' && touch later && echo appended >> later",
+        dir.display()
+    ));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = deposits(&w.f.inbox(A));
+    assert_eq!(d.len(), 1);
+    assert_eq!(split(&d[0].1).1, b"appended\n");
+    std::fs::remove_file(w.f.inbox(A).join(&d[0].0)).unwrap();
     // An editor's atomic save: write a private temp, rename it over the public name.
     std::fs::write(dir.join(".tmp-save"), b"saved atomically").unwrap();
     std::fs::rename(dir.join(".tmp-save"), dir.join("saved")).unwrap();
@@ -588,9 +611,133 @@ fn a_message_cut_short_by_a_refused_write_is_never_sent() {
         "part of a message was sent"
     );
     assert!(!names(&m.path(&format!("inbox/{A}"))).contains("cut"));
+    let refused = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(m.path("events.ndjson"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|e: &serde_json::Value| e["kind"] == "message-refused")
+            .collect()
+    };
+    assert!(eventually(Duration::from_secs(10), || !refused().is_empty()));
+    let refused = refused();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["why"], "too-large");
+    assert_eq!(refused[0]["path"], format!("inbox/{A}/cut"));
+    assert!(
+        refused[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("exceeds the 1000-byte limit"),
+        "{}",
+        refused[0]
+    );
     // Written again within the limit, it is sent whole.
     std::fs::write(&path, b"short and whole").unwrap();
     let d = deposits(&w.f.inbox(A));
     assert_eq!(d.len(), 1);
     assert_eq!(split(&d[0].1).1, b"short and whole");
+}
+
+/// The `message-refused` events of a mount, as (name written, why).
+fn refused_events(m: &Mounted) -> Vec<(String, String)> {
+    std::fs::read_to_string(m.path("events.ndjson"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["kind"] == "message-refused")
+        .map(|e| {
+            let path = e["path"].as_str().unwrap_or_default();
+            let name = path.rsplit('/').next().unwrap_or_default().to_string();
+            (name, e["why"].as_str().unwrap_or_default().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn a_shell_redirection_reports_a_refused_message_and_nothing_stays_listed() {
+    // bash ignores the result of close(2) on a redirection, so a refusal must come at
+    // the write for `printf ... > f; echo $?` to show it. Each case: the command, then
+    // whether bash must say it failed.
+    let w = workspace();
+    let m = mount(&w, &[]);
+    let dir = m.path(&format!("inbox/{A}"));
+    let bash = |script: &str| {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (script, name) in [
+        (r#"printf "\xff\xfe bad\n" > bad; echo $?"#, "bad"),
+        (r#"echo $'caf\xe9' > latin1; echo $?"#, "latin1"),
+    ] {
+        let (out, err) = bash(script);
+        assert_ne!(out.trim(), "0", "{script}: bash saw success; stderr: {err}");
+        assert!(
+            err.contains("Invalid or incomplete multibyte or wide character"),
+            "{script}: {err}"
+        );
+        assert!(!names(&dir).contains(name), "{name} still listed");
+    }
+    // Empty files: nothing sent, nothing left listed.
+    let (out, err) = bash("touch x; : > y; echo $?");
+    assert_eq!(out.trim(), "0", "{err}");
+    let listed = names(&dir);
+    assert!(!listed.contains("x") && !listed.contains("y"), "{listed:?}");
+    assert!(deposits(&w.f.inbox(A)).is_empty());
+    // Each is an event with its reason (once the history is in the log).
+    let want: Vec<(String, String)> = [
+        ("bad", "not-utf8"),
+        ("latin1", "not-utf8"),
+        ("x", "empty"),
+        ("y", "empty"),
+    ]
+    .iter()
+    .map(|(n, w)| (n.to_string(), w.to_string()))
+    .collect();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let events = refused_events(&m);
+            want.iter().all(|w| events.contains(w))
+        }),
+        "want {want:?} among {:?}",
+        refused_events(&m)
+    );
+    // A character cut across two writes is fine; one cut by the end is refused at
+    // the close, which a program that checks close (here Python) reports.
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import os,sys\nfd=os.open(sys.argv[1],os.O_WRONLY|os.O_CREAT)\n\
+             os.write(fd,b'caf\\xc3')\nos.write(fd,b'\\xa9\\n')\nos.close(fd)\n\
+             fd=os.open(sys.argv[2],os.O_WRONLY|os.O_CREAT)\nos.write(fd,b'caf\\xc3')\n\
+             try:\n    os.close(fd)\nexcept OSError as e:\n    print(e.errno)",
+        )
+        .arg(dir.join("whole"))
+        .arg(dir.join("cut"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        libc::EILSEQ.to_string()
+    );
+    let d = deposits(&w.f.inbox(A));
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(split(&d[0].1).1, "café\n".as_bytes());
+    assert!(!names(&dir).contains("cut"));
+    let cut = ("cut".to_string(), "not-utf8".to_string());
+    assert!(eventually(Duration::from_secs(10), || refused_events(&m)
+        .contains(&cut)));
 }

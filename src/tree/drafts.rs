@@ -31,10 +31,17 @@
 //! - *sent*: the content is in the real inbox and immutable. The writer's name stays
 //!   resolvable as an alias for [`ALIAS_GRACE`] after its last use (so `cp -p` can set
 //!   times after closing), but is no longer listed: the real `<sender>-<NNN>.md` is;
-//! - *gone*: never to be sent (a writer was killed, or it was cut short by a refused
-//!   write); unlisted at once, its content freed, its name an alias like a sent one's.
+//! - *gone*: never to be sent (a writer was killed, a write to it was refused, it was
+//!   closed empty, or its deposit was refused at its last close); unlisted at once, its
+//!   content freed, its name an alias like a sent one's.
 //!
-//! Opening an alias with `O_TRUNC` starts a new message under the name. A name starting
+//! A message is text: each write to a public draft is checked as UTF-8 as it arrives
+//! ([`DraftState::write_text`]), so a write holding an invalid sequence is refused at
+//! that write, where a shell reports it; only a sequence cut by the end of what has been
+//! written so far waits, for the next write or the last close.
+//!
+//! Opening an alias with `O_TRUNC` starts a new message under the name (as does any
+//! writable open of one closed empty, so `touch f; echo hi >> f` sends `hi`). A name starting
 //! with `.` (editor swap, backup and temp files) is private scratch space that lives only
 //! in the mount and is never deposited; renaming it to a public name deposits it, which is
 //! how editors that save atomically publish. An empty draft is never deposited (vim's
@@ -104,6 +111,9 @@ pub struct DraftState {
     /// once sent.
     counted: usize,
     bytes: Arc<Bytes>,
+    /// `buf[..text]` is known to be whole UTF-8 (it ends at a character boundary), so
+    /// a write checks only what it changes ([`text_after_write`]).
+    text: usize,
 }
 
 impl DraftState {
@@ -125,6 +135,7 @@ impl DraftState {
             writables: 0,
             counted: 0,
             bytes,
+            text: 0,
         }
     }
 
@@ -161,10 +172,19 @@ impl DraftState {
         !matches!(self.phase, Phase::Writing { .. })
     }
 
-    /// Whether a close has something to decide: bytes not yet sent, or a refused write
-    /// to report.
+    /// Whether a close has something to decide: bytes not yet sent, a refused write to
+    /// report, or nothing at all written (an empty message is refused at its last close).
     pub fn pending(&self) -> bool {
-        matches!(self.phase, Phase::Writing { dirty: true, .. }) || self.refused().is_some()
+        match self.phase {
+            Phase::Writing { dirty, refused } => dirty || refused.is_some() || self.buf.is_empty(),
+            _ => false,
+        }
+    }
+
+    /// Whether it was closed with nothing in it ([`Gone::Empty`]): a writable open of it
+    /// starts a new message, whatever its flags, since there is nothing to append to.
+    pub fn closed_empty(&self) -> bool {
+        self.phase == Phase::Gone(Gone::Empty)
     }
 
     pub fn dirty(&self) -> bool {
@@ -206,8 +226,9 @@ impl DraftState {
         self.ctime = self.mtime;
     }
 
-    /// Writes `data` at `offset`. A write past [`DRAFT_BYTES`] is refused, and the
-    /// refusal recorded: the message is cut.
+    /// Writes `data` at `offset`, as bytes (private scratch: a swap file is binary). A
+    /// write past [`DRAFT_BYTES`] is refused, and the refusal recorded: the message is
+    /// cut.
     pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), Refused> {
         debug_assert!(!self.closed());
         let end = offset + data.len();
@@ -217,8 +238,32 @@ impl DraftState {
             self.refuse(why);
             return Err(why);
         }
+        // What was known to be text is known only up to the first character changed.
+        if offset < self.text {
+            self.text = char_start(&self.buf, offset);
+        }
         self.buf[offset..end].copy_from_slice(data);
         self.changed();
+        Ok(())
+    }
+
+    /// Writes `data` at `offset` into a message, which is text: refused, changing
+    /// nothing, when the message would then hold a sequence that is not UTF-8 (an
+    /// incomplete one at the very end may be completed by the next write, so it waits);
+    /// the refusal is recorded (the message is cut, as by any refused write). Otherwise
+    /// as [`DraftState::write`].
+    pub fn write_text(&mut self, offset: usize, data: &[u8]) -> Result<(), Refused> {
+        debug_assert!(!self.closed());
+        let text = match text_after_write(&self.buf, self.text, offset, data) {
+            Ok(text) => text,
+            Err(at) => {
+                let why = Refused::NotUtf8 { at: at as u64 };
+                self.refuse(why);
+                return Err(why);
+            }
+        };
+        self.write(offset, data)?;
+        self.text = text;
         Ok(())
     }
 
@@ -239,6 +284,9 @@ impl DraftState {
             *refused = None;
         }
         if self.buf.len() != len {
+            if len < self.text {
+                self.text = char_start(&self.buf, len);
+            }
             self.resize(len)?;
             self.changed();
         }
@@ -272,6 +320,7 @@ impl DraftState {
     pub fn give_up(&mut self, why: Gone) {
         let _ = self.resize(0); // shrinking always succeeds
         self.buf = Vec::new();
+        self.text = 0;
         self.phase = Phase::Gone(why);
         self.last_used = Instant::now();
     }
@@ -281,6 +330,7 @@ impl DraftState {
         self.total().fetch_sub(self.counted, Ordering::Relaxed);
         self.counted = 0;
         self.buf = Vec::new();
+        self.text = 0;
         self.phase = Phase::Writing {
             dirty: false,
             refused: None,
@@ -371,6 +421,11 @@ pub enum Gone {
     Killed { pid: u32, signal: i32 },
     /// A write to it was refused, and it was closed so, holding only part of it.
     Cut(Refused),
+    /// It was closed with nothing in it (`touch f`, `: > f`, an editor's probe).
+    Empty,
+    /// Its deposit was refused or failed at its last close, with this errno (the
+    /// closer was told; the log and the event say why).
+    Refused { errno: i32 },
 }
 
 /// Why a write to a draft was refused ([`DraftState::refused`]).
@@ -380,6 +435,73 @@ pub enum Refused {
     TooLarge { len: u64, max: u64 },
     /// The messages being written hold [`DRAFT_BYTES`] together.
     NoSpace,
+    /// It would have held a sequence that is not UTF-8, starting at byte `at`.
+    NotUtf8 { at: u64 },
+}
+
+/// The start of the character `buf[at]` is part of, for `at` inside a run of whole
+/// UTF-8 (so at most three continuation bytes back).
+fn char_start(buf: &[u8], at: usize) -> usize {
+    let mut i = at;
+    let floor = i.saturating_sub(3);
+    while i > floor && i < buf.len() && is_continuation(buf[i]) {
+        i -= 1;
+    }
+    i
+}
+
+fn is_continuation(b: u8) -> bool {
+    b & 0xC0 == 0x80
+}
+
+/// Whether `buf` stays text once `data` is written at `offset` (bytes past the end
+/// become zeros, then `data`), given that `buf[..text]` is whole UTF-8: `Ok` with the
+/// new length known to be whole UTF-8 (short of the end only by an incomplete sequence
+/// there, which the next write may complete), or `Err` with the offset of the first
+/// byte of an invalid sequence. Looks only at what the write changes: from the start of
+/// the first character it touches to the first character boundary after it (or, past
+/// what was known, to the end).
+pub fn text_after_write(
+    buf: &[u8],
+    text: usize,
+    offset: usize,
+    data: &[u8],
+) -> Result<usize, usize> {
+    let text = text.min(buf.len());
+    let end = offset + data.len();
+    let new_len = buf.len().max(end);
+    let start = if offset < text {
+        char_start(buf, offset)
+    } else {
+        text
+    };
+    // Within what was known: up to the next boundary of the old text, which is whole
+    // UTF-8 from there on. Otherwise to the end.
+    let stop = if end <= text {
+        let mut b = end;
+        while b < text && is_continuation(buf[b]) {
+            b += 1;
+        }
+        b
+    } else {
+        new_len
+    };
+    let mut changed = Vec::with_capacity(stop - start);
+    changed.extend_from_slice(&buf[start..offset.min(buf.len()).max(start)]);
+    changed.resize(
+        changed.len() + offset.saturating_sub(buf.len().max(start)),
+        0,
+    );
+    changed.extend_from_slice(data);
+    if stop > end {
+        changed.extend_from_slice(&buf[end..stop]);
+    }
+    match std::str::from_utf8(&changed) {
+        Ok(_) if end <= text => Ok(text),
+        Ok(_) => Ok(new_len),
+        Err(e) if e.error_len().is_none() && stop == new_len => Ok(start + e.valid_up_to()),
+        Err(e) => Err(start + e.valid_up_to()),
+    }
 }
 
 /// One open file description of a draft, as the tree serves it.
@@ -704,7 +826,11 @@ mod tests {
         let mut st = a.state.lock();
         let writing = |dirty, refused| Phase::Writing { dirty, refused };
         assert_eq!(*st.phase(), writing(false, None));
-        assert!(!st.pending() && !st.closed());
+        assert!(
+            st.pending(),
+            "an empty message is refused at its last close"
+        );
+        assert!(!st.closed());
         // Write, overwrite in the middle, extend with a hole.
         st.write(0, b"hello").unwrap();
         st.write(1, b"EL").unwrap();
@@ -744,6 +870,10 @@ mod tests {
         assert_eq!(*st.phase(), Phase::Gone(Gone::Killed { pid: 7, signal: 9 }));
         assert!(st.closed() && !st.pending() && st.buf().is_empty());
         assert_eq!((d.live_bytes(), d.alias_bytes()), (0, 0));
+        st.reuse();
+        // Closed empty: a writable open starts anew (there is nothing to append to).
+        st.give_up(Gone::Empty);
+        assert!(st.closed() && !st.pending() && st.closed_empty());
         st.reuse();
         st.write(0, b"again").unwrap();
         drop(st);
@@ -948,6 +1078,121 @@ mod tests {
         }
         assert_eq!(h.holders.len(), witness::MAX_PROCESSES);
         assert_eq!(h.writers.len(), witness::MAX_PROCESSES);
+    }
+
+    /// Whether `buf` is text as a message being written may be: UTF-8, but for an
+    /// incomplete sequence at its very end.
+    fn text_so_far(buf: &[u8]) -> bool {
+        match std::str::from_utf8(buf) {
+            Ok(_) => true,
+            Err(e) => e.error_len().is_none(),
+        }
+    }
+
+    #[test]
+    fn a_write_that_makes_a_message_not_utf8_is_refused_at_that_write() {
+        let d = Drafts::default();
+        let a = d.create("x", OsStr::new("m"), 0o600).unwrap();
+        let mut st = a.state.lock();
+        st.write_text(0, b"caf").unwrap();
+        // `printf '\xff\xfe bad'`: refused at once, nothing written, the message cut.
+        assert_eq!(
+            st.write_text(3, b"\xff\xfe bad\n"),
+            Err(Refused::NotUtf8 { at: 3 })
+        );
+        assert_eq!(st.buf(), b"caf");
+        assert_eq!(st.refused(), Some(Refused::NotUtf8 { at: 3 }));
+        st.truncate(0).unwrap();
+        // `echo $'caf\xe9'`: Latin-1, an invalid sequence inside one write.
+        assert_eq!(
+            st.write_text(0, b"caf\xe9\n"),
+            Err(Refused::NotUtf8 { at: 3 })
+        );
+        st.truncate(0).unwrap();
+        // A character cut across writes waits for its end...
+        st.write_text(0, b"caf\xc3").unwrap();
+        st.write_text(4, b"\xa9 ok").unwrap();
+        assert_eq!(st.buf(), "café ok".as_bytes());
+        // ...but not a cut followed by something that does not continue it.
+        let len = st.buf().len();
+        st.write_text(len, b"\xe2\x82").unwrap();
+        assert_eq!(
+            st.write_text(len + 2, b"x"),
+            Err(Refused::NotUtf8 { at: len as u64 })
+        );
+        // Overwriting inside a character breaks it.
+        st.truncate(0).unwrap();
+        st.write_text(0, "é!".as_bytes()).unwrap();
+        assert_eq!(st.write_text(1, b"x"), Err(Refused::NotUtf8 { at: 0 }));
+        // A raw write (private scratch) is never checked.
+        st.truncate(0).unwrap();
+        st.write(0, b"\xff").unwrap();
+        assert_eq!(st.refused(), None);
+    }
+
+    #[test]
+    fn the_incremental_check_agrees_with_checking_the_whole_message() {
+        // Random writes of UTF-8 pieces and stray bytes at random offsets, and shrinking
+        // truncates: each write is refused exactly when the whole message would then
+        // not be text (the first bad byte named), and is applied exactly when not.
+        let pieces: [&[u8]; 9] = [
+            b"a",
+            b"hello ",
+            "é".as_bytes(),
+            "€".as_bytes(),
+            "😀".as_bytes(),
+            b"\xc3",
+            b"\xa9",
+            b"\x82\xac",
+            b"\xff",
+        ];
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let d = Drafts::default();
+        let a = d.create("x", OsStr::new("m"), 0o600).unwrap();
+        let (mut refused, mut applied) = (0, 0);
+        for _ in 0..20_000 {
+            let mut st = a.state.lock();
+            if next(20) == 0 {
+                let len = next(st.buf().len() + 1);
+                st.truncate(len).unwrap();
+                continue;
+            }
+            let mut data = Vec::new();
+            for _ in 0..1 + next(3) {
+                data.extend_from_slice(pieces[next(pieces.len())]);
+            }
+            let offset = next(st.buf().len() + 3);
+            let before = st.buf().to_vec();
+            let mut whole = before.clone();
+            if whole.len() < offset + data.len() {
+                whole.resize(offset + data.len(), 0);
+            }
+            whole[offset..offset + data.len()].copy_from_slice(&data);
+            match st.write_text(offset, &data) {
+                Ok(()) => {
+                    assert!(text_so_far(&whole), "{before:?} + {data:?}@{offset}");
+                    assert_eq!(st.buf(), whole);
+                    applied += 1;
+                }
+                Err(Refused::NotUtf8 { at }) => {
+                    let e = std::str::from_utf8(&whole).unwrap_err();
+                    assert!(e.error_len().is_some(), "{before:?} + {data:?}@{offset}");
+                    assert_eq!(at as usize, e.valid_up_to());
+                    assert_eq!(st.buf(), before, "a refused write changed the message");
+                    refused += 1;
+                    // Emptied and written again, as a writer that starts over would.
+                    st.truncate(0).unwrap();
+                }
+                Err(other) => panic!("{other:?}"),
+            }
+        }
+        assert!(refused > 1000 && applied > 1000, "{refused} {applied}");
     }
 
     #[test]

@@ -4,8 +4,11 @@
 //!
 //! Guarantees: nothing reaches the real inbox before a message is closed, and then it is
 //! deposited whole by the [`Depositor`](crate::deposit::Depositor), once; a message of
-//! which any write was refused is never sent; a deposited message is immutable (`EPERM`);
-//! everything outside `inbox/<id>/` is read-only (`EROFS`).
+//! which any write was refused is never sent; a write that would make a message not UTF-8
+//! is refused at that write (`EILSEQ`), where a shell's redirection reports it; a message
+//! refused, cut or closed empty leaves the listing at its last close and is a
+//! `message-refused` event; a deposited message is immutable (`EPERM`); everything
+//! outside `inbox/<id>/` is read-only (`EROFS`).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -38,11 +41,48 @@ const SPAWN_POLL: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// The error a refused write to a draft answers, at the write and at every close after.
 fn refused_error(node: &Node, why: Refused) -> TreeError {
-    let kind = match why {
+    TreeError::new(node.path(), refused_kind(why))
+}
+
+fn refused_kind(why: Refused) -> ErrorKind {
+    match why {
         Refused::TooLarge { len, max } => ErrorKind::Deposit(DepositError::TooLarge { len, max }),
+        Refused::NotUtf8 { at } => ErrorKind::Deposit(DepositError::NotUtf8 {
+            valid_up_to: at as usize,
+        }),
         Refused::NoSpace => ErrorKind::NoSpace,
+    }
+}
+
+/// What a `message-refused` event says of a draft given up as `why`: one word, and the
+/// reason in words (`detail`, the deposit's own error, for one refused at its close).
+fn refusal_words(why: Gone, detail: Option<&DepositError>) -> (&'static str, String) {
+    let deposit_word = |e: &DepositError| match e {
+        DepositError::TooLarge { .. } => "too-large",
+        DepositError::NotUtf8 { .. } => "not-utf8",
+        DepositError::BadSender(_) | DepositError::UnknownSender(_) => "bad-sender",
+        DepositError::BadRecipient(_) | DepositError::UnknownRecipient(_) => "no-recipient",
+        _ => "failed",
     };
-    TreeError::new(node.path(), kind)
+    match (why, detail) {
+        (Gone::Empty, _) => ("empty", "closed with nothing written".to_string()),
+        (Gone::Cut(r), _) => match refused_kind(r) {
+            ErrorKind::Deposit(e) => (deposit_word(&e), e.to_string()),
+            _ => (
+                "no-space",
+                format!(
+                    "the messages being written held {} MiB together",
+                    drafts::DRAFT_BYTES >> 20
+                ),
+            ),
+        },
+        (_, Some(e)) => (deposit_word(e), e.to_string()),
+        (Gone::Refused { errno }, None) => (
+            "failed",
+            std::io::Error::from_raw_os_error(errno).to_string(),
+        ),
+        (Gone::Killed { .. }, None) => ("killed", String::new()),
+    }
 }
 
 impl Tree {
@@ -177,7 +217,7 @@ impl Tree {
         {
             let mut st = d.state.lock();
             if st.closed() {
-                if !truncate {
+                if !truncate && !st.closed_empty() {
                     return Err(TreeError::new(node.path(), ErrorKind::Immutable));
                 }
                 st.reuse();
@@ -215,7 +255,7 @@ impl Tree {
     }
 
     /// Writes `data` at `offset` into a draft for thread `tid`; refuses past the size
-    /// limit (EFBIG).
+    /// limit (`EFBIG`), and a write that would make a message not UTF-8 (`EILSEQ`).
     pub fn write(
         &self,
         node: &Node,
@@ -224,6 +264,7 @@ impl Tree {
         tid: u32,
     ) -> Result<usize, TreeError> {
         let d = self.draft_of(node)?;
+        let text = !d.is_private();
         let mut st = d.state.lock();
         if st.closed() {
             return Err(TreeError::new(node.path(), ErrorKind::Immutable));
@@ -237,8 +278,12 @@ impl Tree {
             }
             return Err(e);
         }
-        st.write(offset as usize, data)
-            .map_err(|why| refused_error(node, why))?;
+        let written = if text {
+            st.write_text(offset as usize, data)
+        } else {
+            st.write(offset as usize, data)
+        };
+        written.map_err(|why| refused_error(node, why))?;
         Ok(data.len())
     }
 
@@ -328,7 +373,7 @@ impl Tree {
                      {signal} while holding it",
                     node.path()
                 );
-                self.give_up(&d, &mut st, Gone::Killed { pid, signal });
+                self.give_up(&d, &mut st, Gone::Killed { pid, signal }, None);
                 Ok(())
             }
             Verdict::Send => {
@@ -339,10 +384,15 @@ impl Tree {
                          the message",
                         node.path()
                     );
-                    self.give_up(&d, &mut st, Gone::Cut(why));
+                    self.give_up(&d, &mut st, Gone::Cut(why), None);
                     return Err(refused_error(node, why));
                 }
-                if !st.dirty() || st.buf().is_empty() {
+                if st.buf().is_empty() {
+                    log::info!("{}: not sent: closed with nothing written", node.path());
+                    self.give_up(&d, &mut st, Gone::Empty, None);
+                    return Ok(());
+                }
+                if !st.dirty() {
                     return Ok(());
                 }
                 let sent = self.send(node, &d, &mut st, deposits);
@@ -404,16 +454,24 @@ impl Tree {
     }
 
     /// Draft `d` (its state `st`, locked) will never be sent: out of the listing, its
-    /// content freed; its name resolvable for the alias grace.
-    fn give_up(&self, d: &Draft, st: &mut DraftState, why: Gone) {
+    /// content freed; its name resolvable for the alias grace. A killed writer's message
+    /// is a `message-dropped` event, any other a `message-refused` one, with the reason
+    /// (`detail`: the deposit's own error, for one refused at its close).
+    fn give_up(&self, d: &Draft, st: &mut DraftState, why: Gone, detail: Option<&DepositError>) {
         st.give_up(why);
         self.drafts.touch(&d.agent);
-        let (what, killed) = match why {
-            Gone::Killed { pid, signal } => ("killed", Some((pid, signal))),
-            Gone::Cut(_) => ("cut", None),
-        };
-        self.views
-            .dropped(&d.agent, &d.name().to_string_lossy(), what, killed);
+        let name = d.name();
+        let name = name.to_string_lossy();
+        match why {
+            Gone::Killed { pid, signal } => {
+                self.views
+                    .dropped(&d.agent, &name, "killed", Some((pid, signal)))
+            }
+            _ => {
+                let (word, reason) = refusal_words(why, detail);
+                self.views.refused(&d.agent, &name, word, &reason);
+            }
+        }
     }
 
     /// Deposits draft `d` (its state `st`, locked) into the real inbox.
@@ -449,9 +507,11 @@ impl Tree {
             }
             Err(DepositError::Empty) => Ok(()),
             Err(e) => {
-                let e = TreeError::new(node.path(), ErrorKind::Deposit(e));
-                st.failed = Some(e.errno());
-                Err(e)
+                // Refused whole: it goes, unlisted, and the closer hears why.
+                let errno = e.errno().unwrap_or(libc::EIO);
+                st.failed = Some(errno);
+                self.give_up(d, st, Gone::Refused { errno }, Some(&e));
+                Err(TreeError::new(node.path(), ErrorKind::Deposit(e)))
             }
         }
     }

@@ -25,9 +25,12 @@ pub enum Kind {
     ToolFinished,
     MessageDeposited,
     MessageDelivered,
-    /// A message being written through this mount that will never be sent: a writer of
-    /// it was killed by a signal, or a write to it was refused and it was closed so.
+    /// A message being written through this mount that will never be sent because a
+    /// writer of it was killed by a signal.
     MessageDropped,
+    /// A message written through this mount that was refused: a write to it was refused
+    /// (it was cut), it was closed empty, or its deposit was refused at its last close.
+    MessageRefused,
     MarkSet,
     MarkCleared,
     Woken,
@@ -50,6 +53,7 @@ impl Kind {
             Kind::MessageDeposited => "message-deposited",
             Kind::MessageDelivered => "message-delivered",
             Kind::MessageDropped => "message-dropped",
+            Kind::MessageRefused => "message-refused",
             Kind::MarkSet => "mark-set",
             Kind::MarkCleared => "mark-cleared",
             Kind::Woken => "woken",
@@ -226,7 +230,7 @@ impl Event {
     }
 
     /// A message being written as `name` in `recipient`'s inbox through this mount was
-    /// dropped, and `why` (`killed`, `cut`), with the killed writer's pid and signal.
+    /// dropped, and `why` (`killed`), with the killed writer's pid and signal.
     pub fn message_dropped(
         at: i64,
         recipient: &str,
@@ -240,6 +244,16 @@ impl Event {
             Some((pid, signal)) => e.with("pid", pid).with("signal", signal),
             None => e,
         }
+    }
+
+    /// A message written as `name` in `recipient`'s inbox through this mount was refused:
+    /// `why` in one word (`empty`, `not-utf8`, `too-large`, `no-space`, ...) and `reason`
+    /// in words.
+    pub fn message_refused(at: i64, recipient: &str, name: &str, why: &str, reason: &str) -> Self {
+        let path = format!("{INBOX_DIR}/{recipient}/{name}");
+        Self::new(at, Kind::MessageRefused, recipient, Some(path))
+            .with("why", why)
+            .with("reason", reason)
     }
 
     /// Mark `kind` of `agent` set, with its value for a blob mark.

@@ -256,7 +256,7 @@ impl Views {
             | Kind::MarkCleared
             | Kind::LogFull => true,
             // Written through this mount, whose sender a confined mount is.
-            Kind::MessageDropped => true,
+            Kind::MessageDropped | Kind::MessageRefused => true,
             Kind::MessageDeposited | Kind::MessageDelivered => {
                 e.agent == *me || from == Some(me.as_str())
             }
@@ -348,6 +348,13 @@ impl Views {
     /// (see [`Event::message_dropped`]).
     pub fn dropped(&self, recipient: &str, name: &str, why: &str, killed: Option<(u32, i32)>) {
         let e = Event::message_dropped(now_secs(), recipient, name, why, killed);
+        self.emit(vec![self.named(e)]);
+    }
+
+    /// A message written as `name` to `recipient` through this mount was refused, `why`
+    /// (one word) and `reason` (in words).
+    pub fn refused(&self, recipient: &str, name: &str, why: &str, reason: &str) {
+        let e = Event::message_refused(now_secs(), recipient, name, why, reason);
         self.emit(vec![self.named(e)]);
     }
 
