@@ -741,3 +741,55 @@ fn a_shell_redirection_reports_a_refused_message_and_nothing_stays_listed() {
     assert!(eventually(Duration::from_secs(10), || refused_events(&m)
         .contains(&cut)));
 }
+
+#[test]
+fn an_agents_name_takes_a_message_as_its_id_does() {
+    let w = workspace();
+    let m = mount(&w, &[]);
+    let out = sh(&format!(
+        "cd '{}' && echo hi > inbox/Alpha/note && ls inbox",
+        m.path("").display()
+    ));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Listed by id only; the message is in the id's inbox, from the user.
+    let listed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(listed, [A, B]);
+    let d = deposits(&w.f.inbox(A));
+    assert_eq!(d.len(), 1, "{d:?}");
+    let (front, body) = split(&d[0].1);
+    assert_eq!(front[0], "from: user");
+    assert_eq!(body, b"hi\n");
+    // A name two living agents wear is refused at the call, and the log says why.
+    w.f.agent(B, Some("Alpha"), &[]).unwrap();
+    assert!(eventually(Duration::from_secs(5), || {
+        std::fs::symlink_metadata(m.path("inbox/Alpha"))
+            .err()
+            .and_then(|e| e.raw_os_error())
+            == Some(libc::ENOTUNIQ)
+    }));
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg("echo hi > inbox/Alpha/again; echo $?")
+        .current_dir(m.path(""))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Name not unique"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(deposits(&w.f.inbox(A)).len(), 1);
+    let log = m.log_text();
+    assert!(
+        log.contains("the name Alpha is worn by 2 living agents"),
+        "{log}"
+    );
+}

@@ -118,6 +118,13 @@ impl Tree {
         {
             return Ok(node);
         }
+        if place == Place::InboxRoot
+            && let Some(text) = name.to_str()
+            && self.backing.lstat(&b.rel().join(name)).is_err()
+            && self.is_inbox_name(text)
+        {
+            return Ok(Node::git(super::GitNode::InboxName(text.to_string())));
+        }
         if let Some(view) = super::records::child(b, &place, name)
             && self.backing.lstat(&b.rel().join(name)).is_err()
         {

@@ -47,6 +47,8 @@ pub enum ErrorKind {
     NoSpace,
     /// Too many files open through the mount. ENFILE.
     TooManyOpen,
+    /// A name two or more living agents wear, where one agent is meant. ENOTUNIQ.
+    Ambiguous { name: String, ids: Vec<String> },
     /// A deposit was refused or failed; its errno is passed on.
     Deposit(DepositError),
     /// A continuation address that `read_tool_output` would refuse (ENOENT), or a record
@@ -110,6 +112,7 @@ impl TreeError {
             ErrorKind::Exists => libc::EEXIST,
             ErrorKind::NoSpace => libc::ENOSPC,
             ErrorKind::TooManyOpen => libc::ENFILE,
+            ErrorKind::Ambiguous { .. } => libc::ENOTUNIQ,
             ErrorKind::Deposit(e) => e.errno().unwrap_or(libc::EIO),
             ErrorKind::Page(e) => e.errno(),
             ErrorKind::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
@@ -165,6 +168,12 @@ impl std::fmt::Display for TreeError {
                 "{p}: {} files are open through the mount already",
                 super::MAX_OPEN
             ),
+            ErrorKind::Ambiguous { name, ids } => write!(
+                f,
+                "{p}: the name {name} is worn by {} living agents ({}); use an id",
+                ids.len(),
+                ids.join(", ")
+            ),
             ErrorKind::Deposit(e) => write!(f, "{p}: deposit refused: {e}"),
             ErrorKind::Page(e) => write!(f, "{p}: read_tool_output would refuse it: {e}"),
             ErrorKind::Io(e) => write!(f, "{p}: {e}"),
@@ -191,6 +200,13 @@ mod tests {
             (ErrorKind::ReadOnly, libc::EROFS),
             (ErrorKind::Immutable, libc::EPERM),
             (ErrorKind::TooManyOpen, libc::ENFILE),
+            (
+                ErrorKind::Ambiguous {
+                    name: "Ann".into(),
+                    ids: vec!["a".into(), "b".into()],
+                },
+                libc::ENOTUNIQ,
+            ),
         ];
         for (kind, errno) in cases {
             let e = TreeError::new("inbox/a/f", kind);

@@ -55,7 +55,7 @@ pub(super) fn child(parent: &Node, g: &GitNode, name: &OsStr) -> Result<Node, Tr
             }
         }
         GitNode::NamesRoot => GitNode::Name(text()?),
-        GitNode::Mark { .. } | GitNode::Name(_) => {
+        GitNode::Mark { .. } | GitNode::Name(_) | GitNode::InboxName(_) => {
             return Err(TreeError::new(parent.path(), ErrorKind::NotDir));
         }
     }))
@@ -68,6 +68,24 @@ fn mark_target(snap: &Snapshot, kind: &str, id: &str) -> Option<Oid> {
 /// What a mark that points at a commit (or anything but a blob) reads as.
 pub fn commit_mark_bytes(oid: Oid) -> Vec<u8> {
     format!("{oid}\n").into_bytes()
+}
+
+/// The id whose inbox `inbox/<name>` reaches: the one living agent wearing `name`;
+/// `ENOTUNIQ` when two or more do (the log names them), `ENOENT` when none does.
+fn inbox_of<'a>(snap: &'a Snapshot, node: &Node, name: &str) -> Result<&'a str, TreeError> {
+    if let Some(id) = snap.names.get(name) {
+        return Ok(id);
+    }
+    match snap.clashes.get(name) {
+        Some(ids) => Err(TreeError::new(
+            node.path(),
+            ErrorKind::Ambiguous {
+                name: name.to_string(),
+                ids: ids.clone(),
+            },
+        )),
+        None => Err(TreeError::not_found(node.path())),
+    }
 }
 
 /// Where `names/<Name>` points.
@@ -120,7 +138,24 @@ impl Tree {
                 let len = name_target(id).len() as u64;
                 Ok(self.virtual_attr(node, Kind::Symlink, len, mtime))
             }
+            GitNode::InboxName(name) => {
+                let id = inbox_of(snap, node, name)?;
+                let mtime = snap.moved_at(&agent_ref(id)).unwrap_or(self.born);
+                Ok(self.virtual_attr(node, Kind::Symlink, id.len() as u64, mtime))
+            }
         }
+    }
+
+    /// Whether `name` in `inbox/` is an agent's name rather than an inbox on disk: not
+    /// an entry there and not an agent's id (an id is taken first, as `litany message`
+    /// takes it), but the name of one or more living agents (two answer `ENOTUNIQ` when
+    /// looked up).
+    pub(super) fn is_inbox_name(&self, name: &str) -> bool {
+        let Ok(snap) = self.snapshot() else {
+            return false;
+        };
+        !snap.agents.contains_key(name)
+            && (snap.names.contains_key(name) || snap.clashes.contains_key(name))
     }
 
     /// What `agents/<id>/<path>` is at the agent's tip in `snap`, and its times, all from
@@ -183,7 +218,7 @@ impl Tree {
         let snap = self.snapshot()?;
         let children: Vec<(GitNode, &str)> = match g {
             GitNode::Agent { id, path } => return self.list_agent_dir(&snap, node, id, path),
-            GitNode::Mark { .. } | GitNode::Name(_) => {
+            GitNode::Mark { .. } | GitNode::Name(_) | GitNode::InboxName(_) => {
                 return Err(TreeError::new(node.path(), ErrorKind::NotDir));
             }
             GitNode::MarksRoot => snap
@@ -291,7 +326,9 @@ impl Tree {
                     }
                 }
             }
-            GitNode::Name(_) => Err(TreeError::new(node.path(), ErrorKind::Loop)),
+            GitNode::Name(_) | GitNode::InboxName(_) => {
+                Err(TreeError::new(node.path(), ErrorKind::Loop))
+            }
             GitNode::MarksRoot
             | GitNode::MarkKind(_)
             | GitNode::AgentsRoot
@@ -309,6 +346,9 @@ impl Tree {
                     .ok_or_else(|| TreeError::not_found(node.path()))?;
                 Ok(name_target(id).into_bytes())
             }
+            GitNode::InboxName(name) => Ok(inbox_of(&*self.snapshot()?, node, name)?
+                .as_bytes()
+                .to_vec()),
             GitNode::Agent { id, path } => {
                 match self.agent_entry(&*self.snapshot()?, node, id, path)?.0 {
                     GitEntry::Link(oid) => self

@@ -321,6 +321,10 @@ pub enum GitNode {
     },
     NamesRoot,
     Name(String),
+    /// `inbox/<Name>`: a symlink to `<id>`, the inbox of the one living agent that wears
+    /// the name, so that a name reaches an inbox wherever an id does (never listed:
+    /// `inbox/` lists the real inboxes, by id).
+    InboxName(String),
 }
 
 /// A message being written in `inbox/<agent>/` (see [`super::drafts`]); `name` is the
@@ -384,6 +388,7 @@ impl Node {
                 GitNode::Agent { id, path } => format!("{AGENTS_DIR}/{id}/{}", path.join("/")),
                 GitNode::NamesRoot => NAMES_DIR.into(),
                 GitNode::Name(n) => format!("{NAMES_DIR}/{n}"),
+                GitNode::InboxName(n) => format!("{INBOX_DIR}/{n}"),
             },
             Node::Capture(c) => match &**c {
                 Capture::Page(address) => address.to_string(),

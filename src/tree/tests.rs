@@ -224,6 +224,34 @@ fn names_link_unique_living_agents() {
 }
 
 #[test]
+fn an_agents_name_reaches_its_inbox_without_being_listed() {
+    let (_t, f, tree) = setup(Flavour::Litany);
+    std::fs::create_dir_all(f.inbox(B)).unwrap();
+    let listed = names(&tree, "inbox");
+    assert_eq!(listed, [A, B], "names are not listed, only the inboxes");
+    let (node, attr) = resolve(&tree, "inbox/Alpha").unwrap();
+    assert_eq!(attr.kind, Kind::Symlink);
+    assert_eq!(tree.readlink(&node).unwrap(), A.as_bytes());
+    // Through it, the inbox: as the kernel follows the link.
+    assert_eq!(names(&tree, &format!("inbox/{A}")), ["user-001.md"]);
+    // An id is taken first, as `litany message` takes it; an unknown name is nothing.
+    f.agent(B, Some(A), &[]).unwrap();
+    tree.refs().invalidate();
+    assert_eq!(
+        resolve(&tree, &format!("inbox/{A}")).unwrap().1.kind,
+        Kind::Dir
+    );
+    assert!(resolve(&tree, "inbox/Nobody").unwrap_err().is_not_found());
+    // A name two living agents wear is refused, naming them.
+    f.agent(B, Some("Alpha"), &[]).unwrap();
+    tree.refs().invalidate();
+    let e = resolve(&tree, "inbox/Alpha").unwrap_err();
+    assert_eq!(e.errno(), libc::ENOTUNIQ);
+    let text = e.to_string();
+    assert!(text.contains(A) && text.contains(B), "{text}");
+}
+
+#[test]
 fn hostile_names_are_not_found() {
     let (_t, _f, tree) = setup(Flavour::Litany);
     for bad in ["..", ".", "a/b", ""] {
