@@ -13,27 +13,9 @@ use litanyfs::mount::{self, MountOptions};
 
 /// Mount a litany agent-harness workspace as one live directory tree.
 ///
-/// The mount root mirrors the workspace root, so every workspace-relative path litany
-/// prints works verbatim under it:
-///
-///   steps/<id>/...        every step record and driver.log, bytes and mtimes as on disk
-///                         (the harness's *.tmp files are hidden)
-///     .../tools/<t>/output.json#<stream>@<offset>
-///                         the page `litany tool read_tool_output` returns for that address
-///                         (never listed; user.litany.next names the next page)
-///     .../tools/<t>/stdout, stderr
-///                         the whole decoded streams of that output.json
-///   inbox/<id>/           pending deposits, as a drain would accept them; a file written
-///                         here is deposited as <sender>-<NNN>.md when it is closed
-///   agents/<id>/...       the committed tree at the tip of refs/heads/agents/<id>, from git
-///   marks/<kind>/<id>     a mark under refs/litany/ (refs/lernie/ for lernie): a blob mark
-///                         reads as its bytes, a commit mark as its 40-hex id and a newline
-///   names/<Name>          a symlink to ../agents/<id> for each uniquely named living agent
-///
-/// Everything is live. Changes other than deposits answer EROFS; a deposited message is
-/// immutable (EPERM). Logging follows RUST_LOG (default: info).
+/// `--help` describes the tree from its one table ([`litanyfs::tree::guide`]).
 #[derive(Parser)]
-#[command(name = "litanyfs", version = VERSION, verbatim_doc_comment, after_long_help = environment())]
+#[command(name = "litanyfs", version = VERSION, after_long_help = environment())]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -72,17 +54,36 @@ enum Cmd {
 
 /// The environment the command reads, for `--help` and the man page.
 fn environment() -> String {
-    format!(
-        "Environment:\n  \
-         RUST_LOG        the log filter (default: info)\n  \
-         XDG_STATE_HOME  daemons log in $XDG_STATE_HOME/litanyfs/ (else ~/.local/state/litanyfs/)\n  \
-         HOME            when unset, taken from the password database\n  \
-         PATH            where `litany` is found to wake agents; when unset, this binary's \
-         directory, then {}\n  \
-         NOTIFY_SOCKET   with --foreground, told READY=1 once the mount answers, STOPPING=1 \
-         when it goes (systemd Type=notify)",
-        helper::DEFAULT_PATH
-    )
+    let vars = [
+        ("RUST_LOG", "the log filter (default: info)".to_string()),
+        (
+            "XDG_STATE_HOME",
+            "daemons log in $XDG_STATE_HOME/litanyfs/ (else ~/.local/state/litanyfs/)".into(),
+        ),
+        (
+            "HOME",
+            "when unset, taken from the password database".into(),
+        ),
+        (
+            "PATH",
+            format!(
+                "where `litany` is found to wake agents; when unset, this binary's \
+                 directory, then {}",
+                helper::DEFAULT_PATH
+            ),
+        ),
+        (
+            "NOTIFY_SOCKET",
+            "with --foreground, told READY=1 once the mount answers, STOPPING=1 when it \
+             goes (systemd Type=notify)"
+                .into(),
+        ),
+    ];
+    let mut out = String::from("Environment:\n");
+    for (name, what) in vars {
+        out.push_str(&litanyfs::tree::guide::item(name, &what));
+    }
+    out.trim_end().to_string()
 }
 
 fn init_logging() {
@@ -90,16 +91,20 @@ fn init_logging() {
         .init();
 }
 
-/// The command line as clap defines it, with the `-o` spelling of each mount option.
+/// The command line as clap defines it, with the tree described (from its one table)
+/// and the `-o` spelling of each mount option.
 fn command() -> clap::Command {
+    let cmd = Cli::command();
+    let about = cmd.get_about().map(|a| a.to_string()).unwrap_or_default();
     // mut_subcommands keeps the subcommands' order (mut_subcommand moves one last).
-    Cli::command().mut_subcommands(|sub| {
-        if sub.get_name() == "mount" {
-            helper::document(sub)
-        } else {
-            sub
-        }
-    })
+    cmd.long_about(litanyfs::tree::guide::help(&about))
+        .mut_subcommands(|sub| {
+            if sub.get_name() == "mount" {
+                helper::document(sub)
+            } else {
+                sub
+            }
+        })
 }
 
 /// The crate's version, and the commit it was built from when built from a checkout

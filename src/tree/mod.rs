@@ -26,6 +26,7 @@ mod capture;
 pub mod drafts;
 mod error;
 mod git;
+pub mod guide;
 mod inbox;
 mod node;
 mod records;
