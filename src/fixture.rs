@@ -98,6 +98,28 @@ impl Fixture {
         Ok(oid)
     }
 
+    /// Commits `tree` on `refname` with `parent` as its one parent (or none), authored
+    /// and committed at `at` (seconds since the epoch), as the harness commits a step
+    /// that happened then.
+    pub fn commit_on(
+        &self,
+        refname: &str,
+        parent: Option<Oid>,
+        tree: Oid,
+        message: &str,
+        at: i64,
+    ) -> Result<Oid> {
+        let sig = Signature::new("litany", "litany@localhost", &git2::Time::new(at, 0))?;
+        let tree = self.repo.find_tree(tree)?;
+        let parent = parent.map(|p| self.repo.find_commit(p)).transpose()?;
+        let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+        let oid = self
+            .repo
+            .commit(None, &sig, &sig, message, &tree, &parents)?;
+        self.repo.reference(refname, oid, true, message)?;
+        Ok(oid)
+    }
+
     /// Creates or advances agent `id`: its tree holds `goal.md`, `soul.md`, the `name`
     /// file (`<Name>\n`, or empty) and `files`.
     pub fn agent(&self, id: &str, name: Option<&str>, files: &[(&str, &[u8])]) -> Result<Oid> {

@@ -39,10 +39,11 @@ enum Cmd {
     /// Unmount a litanyfs mount; its daemon then exits.
     Unmount { mountpoint: PathBuf },
     /// Create a sample workspace in DIR/ws, mount it at DIR/mnt, and print a tour.
-    Demo {
-        #[arg(default_value = "/tmp/litanyfs-demo")]
-        dir: PathBuf,
-    },
+    ///
+    /// DIR must be yours and writable by you alone (it is created 0700 if missing);
+    /// without DIR, a new private directory under $TMPDIR (or /tmp) is made. Run again
+    /// with the same DIR, it replaces the sample there.
+    Demo { dir: Option<PathBuf> },
     /// Print the completions for SHELL, generated from these definitions.
     Completions {
         #[arg(value_enum)]
@@ -185,7 +186,7 @@ fn main() -> ExitCode {
             Err(why) => Err(why),
         },
         Cmd::Unmount { mountpoint } => mount::unmount(&mountpoint).map_err(|e| e.to_string()),
-        Cmd::Demo { dir } => demo(&dir),
+        Cmd::Demo { dir } => demo(dir.as_deref()),
         Cmd::Completions { shell } => print(&litanyfs::manual::completions(shell, &mut command())),
         Cmd::Man => litanyfs::manual::man_page(&command())
             .map_err(|e| e.to_string())
@@ -221,7 +222,9 @@ fn print(bytes: &[u8]) -> Result<(), String> {
         .map_err(|e| format!("stdout: {e}"))
 }
 
-fn demo(dir: &std::path::Path) -> Result<(), String> {
+fn demo(dir: Option<&std::path::Path>) -> Result<(), String> {
+    use litanyfs::demo;
+    let dir = demo::demo_dir(dir).map_err(|e| format!("demo directory: {e}"))?;
     let ws = dir.join("ws");
     let mnt = dir.join("mnt");
     if mount::mounted_type(&std::path::absolute(&mnt).map_err(|e| e.to_string())?).is_some() {
@@ -231,14 +234,15 @@ fn demo(dir: &std::path::Path) -> Result<(), String> {
         std::fs::remove_dir_all(&ws).map_err(|e| format!("{}: {e}", ws.display()))?;
     }
     std::fs::create_dir_all(&mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
-    litanyfs::demo::build(&ws).map_err(|e| format!("building the sample workspace: {e}"))?;
+    let sample = demo::Sample::now(0);
+    demo::build(&ws, &sample).map_err(|e| format!("building the sample workspace: {e}"))?;
     let opts = MountOptions {
         no_wake: true,
         ..MountOptions::default()
     };
     let log = mount::spawn_daemon(&ws, &mnt, &opts).map_err(|e| e.to_string())?;
     let bin = std::env::current_exe().unwrap_or_else(|_| "litanyfs".into());
-    print!("{}", litanyfs::demo::tour(&mnt, &bin));
+    print!("{}", demo::tour(&mnt, &sample, &bin));
     println!("The daemon logs to {}", log.display());
     Ok(())
 }
