@@ -866,7 +866,7 @@ pub fn tour(mnt: &Path, sample: &Sample, bin: &Path) -> String {
     );
     let mut out = format!(
         "litanyfs: the sample workspace is mounted at {m}\n\n{}\n  cd {m}\n",
-        crate::tree::guide::wrap(&about, 0, 80)
+        crate::guide::wrap(&about, 0, 80)
     );
     for (var, value) in tour_vars(sample) {
         out += &format!("  {var}={value}\n");

@@ -107,7 +107,7 @@ pub fn document(mount: Command) -> Command {
         .collect();
     let generic: String = GENERIC
         .iter()
-        .map(|(names, what)| crate::tree::guide::item(&names.join(", "), what))
+        .map(|(names, what)| crate::guide::item(&names.join(", "), what))
         .collect();
     mount
         .mut_args(|arg| {

@@ -48,6 +48,7 @@ pub mod deposit;
 #[doc(hidden)]
 pub mod fixture;
 pub mod fs;
+pub mod guide;
 pub mod helper;
 pub mod home;
 pub mod inotify;

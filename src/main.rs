@@ -13,7 +13,7 @@ use litanyfs::mount::{self, MountOptions};
 
 /// Mount a litany agent-harness workspace as one live directory tree.
 ///
-/// `--help` describes the tree from its one table ([`litanyfs::tree::guide`]).
+/// `--help` describes the tree from its one table ([`litanyfs::guide`]).
 #[derive(Parser)]
 #[command(name = "litanyfs", version = VERSION, after_long_help = environment())]
 struct Cli {
@@ -82,7 +82,7 @@ fn environment() -> String {
     ];
     let mut out = String::from("Environment:\n");
     for (name, what) in vars {
-        out.push_str(&litanyfs::tree::guide::item(name, &what));
+        out.push_str(&litanyfs::guide::item(name, &what));
     }
     out.trim_end().to_string()
 }
@@ -98,7 +98,7 @@ fn command() -> clap::Command {
     let cmd = Cli::command();
     let about = cmd.get_about().map(|a| a.to_string()).unwrap_or_default();
     // mut_subcommands keeps the subcommands' order (mut_subcommand moves one last).
-    cmd.long_about(litanyfs::tree::guide::help(&about))
+    cmd.long_about(litanyfs::guide::help(&about))
         .mut_subcommands(|sub| {
             if sub.get_name() == "mount" {
                 helper::document(sub)

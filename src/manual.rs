@@ -15,7 +15,7 @@ use std::io;
 use clap::Command;
 use clap_mangen::Man;
 
-use crate::tree::guide;
+use crate::guide;
 
 /// Text as one line of roff: backslashes and hyphens escaped (`\-` is a real minus, so
 /// an option copied from the page works), a no-break space kept (`\~`), and a leading
@@ -48,6 +48,7 @@ fn tree_sections(about: &str) -> String {
             roff_text(&guide::unbreakable(&e.what))
         );
     }
+    out += &format!(".PP\n{}\n", roff_text(&guide::home()));
     out += &format!(".PP\n{}\n", roff_text(guide::OUTRO));
     out
 }

@@ -134,7 +134,7 @@ fn section<'a>(page: &'a str, heading: &str) -> Vec<&'a str> {
 
 #[test]
 fn help_and_the_man_page_describe_the_whole_tree_entry_by_entry() {
-    use litanyfs::tree::guide::{entries, plain};
+    use litanyfs::guide::{entries, plain};
     let entries = entries();
     assert!(entries.len() >= 15, "{entries:?}");
     // --help: each path on a line of its own, its text under it, whole.

@@ -26,7 +26,6 @@ mod capture;
 pub mod drafts;
 mod error;
 mod git;
-pub mod guide;
 mod inbox;
 mod node;
 mod records;
