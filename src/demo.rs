@@ -854,18 +854,31 @@ pub fn tour_stops(sample: &Sample) -> Vec<Stop> {
     ]
 }
 
-/// What to try once `sample` is mounted at `mnt`; `bin` is how to call this binary.
+/// The sample home's workspaces, by directory name: the first is the one the tour walks
+/// through, the second is there so that the home's root shows two.
+pub const HOME_WORKSPACES: [&str; 2] = ["research", "ops"];
+
+/// What to try once a home of the samples is mounted at `mnt` (its first workspace,
+/// [`HOME_WORKSPACES`], is `sample`); `bin` is how to call this binary.
 pub fn tour(mnt: &Path, sample: &Sample, bin: &Path) -> String {
     let m = mnt.display();
+    let [first, second] = HOME_WORKSPACES;
+    let home = format!(
+        "A home of two sample workspaces, {first} and {second}, as `litany new` leaves \
+         them under its data root: the mount shows each as a directory, and every agent \
+         of both in its status and events."
+    );
     let about = format!(
-        "A few minutes of three agents, as litany leaves them: {} ran a command whose \
-         output litany cut, dispatched {}, and answered; {}'s result waits in its inbox; \
-         {}'s call is held. The mount does not wake agents, so nothing moves while you \
-         look. Try, in bash, one line at a time:",
+        "In {first}, a few minutes of three agents, as litany leaves them: {} ran a \
+         command whose output litany cut, dispatched {}, and answered; {}'s result waits \
+         in its inbox; {}'s call is held. The mount does not wake agents, so nothing moves \
+         while you look. Try, in bash, one line at a time:",
         sample.root.name, sample.child.name, sample.child.name, sample.held.name
     );
     let mut out = format!(
-        "litanyfs: the sample workspace is mounted at {m}\n\n{}\n  cd {m}\n",
+        "litanyfs: a home of sample workspaces is mounted at {m}\n\n{}\n  ls {m}\n  \
+         cat {m}/status\n\n{}\n  cd {m}/{first}\n",
+        crate::guide::wrap(&home, 0, 80),
         crate::guide::wrap(&about, 0, 80)
     );
     for (var, value) in tour_vars(sample) {

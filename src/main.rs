@@ -38,7 +38,8 @@ enum Cmd {
     },
     /// Unmount a litanyfs mount; its daemon then exits.
     Unmount { mountpoint: PathBuf },
-    /// Create a sample workspace in DIR/ws, mount it at DIR/mnt, and print a tour.
+    /// Create a home of two sample workspaces in DIR/home, mount it at DIR/mnt, and print
+    /// a tour.
     ///
     /// DIR must be yours and writable by you alone (it is created 0700 if missing);
     /// without DIR, a new private directory under $TMPDIR (or /tmp) is made. Run again
@@ -225,24 +226,31 @@ fn print(bytes: &[u8]) -> Result<(), String> {
 fn demo(dir: Option<&std::path::Path>) -> Result<(), String> {
     use litanyfs::demo;
     let dir = demo::demo_dir(dir).map_err(|e| format!("demo directory: {e}"))?;
-    let ws = dir.join("ws");
+    let home = dir.join("home");
     let mnt = dir.join("mnt");
     if mount::mounted_type(&std::path::absolute(&mnt).map_err(|e| e.to_string())?).is_some() {
         mount::unmount(&mnt).map_err(|e| e.to_string())?;
     }
-    if ws.exists() {
-        std::fs::remove_dir_all(&ws).map_err(|e| format!("{}: {e}", ws.display()))?;
+    if home.exists() {
+        std::fs::remove_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
     }
     std::fs::create_dir_all(&mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
-    let sample = demo::Sample::now(0);
-    demo::build(&ws, &sample).map_err(|e| format!("building the sample workspace: {e}"))?;
+    // Two samples, their ids kept apart by their seeds; the tour walks the first.
+    let samples: Vec<demo::Sample> = (0..demo::HOME_WORKSPACES.len() as u32)
+        .map(demo::Sample::now)
+        .collect();
+    for (name, sample) in demo::HOME_WORKSPACES.iter().zip(&samples) {
+        demo::build(&home.join(name), sample)
+            .map_err(|e| format!("building the sample workspace {name}: {e}"))?;
+    }
+    let sample = &samples[0];
     let opts = MountOptions {
         no_wake: true,
         ..MountOptions::default()
     };
-    let log = mount::spawn_daemon(&ws, &mnt, &opts).map_err(|e| e.to_string())?;
+    let log = mount::spawn_daemon(&home, &mnt, &opts).map_err(|e| e.to_string())?;
     let bin = std::env::current_exe().unwrap_or_else(|_| "litanyfs".into());
-    print!("{}", demo::tour(&mnt, &sample, &bin));
+    print!("{}", demo::tour(&mnt, sample, &bin));
     println!("The daemon logs to {}", log.display());
     Ok(())
 }

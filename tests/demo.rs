@@ -22,11 +22,9 @@ struct Demo {
 
 impl Drop for Demo {
     fn drop(&mut self) {
-        if is_mounted(&self.mnt) {
-            let _ = Command::new("fusermount3")
-                .arg("-uz")
-                .arg(&self.mnt)
-                .status();
+        let root = self.root();
+        if is_mounted(&root) {
+            let _ = Command::new("fusermount3").arg("-uz").arg(&root).status();
         }
     }
 }
@@ -40,8 +38,10 @@ impl Demo {
             .env("XDG_STATE_HOME", dir.path().join("state"))
             .output()
             .unwrap();
+        // The tour walks the home's first workspace, at MNT/<it>.
+        let first = litanyfs::demo::HOME_WORKSPACES[0];
         let d = Demo {
-            mnt: dir.path().join("demo/mnt"),
+            mnt: dir.path().join("demo/mnt").join(first),
             dir,
             tour: String::from_utf8_lossy(&out.stdout).into_owned(),
         };
@@ -54,7 +54,15 @@ impl Demo {
     }
 
     fn ws(&self) -> PathBuf {
-        self.dir.path().join("demo/ws")
+        self.dir
+            .path()
+            .join("demo/home")
+            .join(litanyfs::demo::HOME_WORKSPACES[0])
+    }
+
+    /// The home mount's root.
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("demo/mnt")
     }
 
     fn log(&self) -> String {
@@ -166,6 +174,27 @@ fn the_demo_is_a_healthy_workspace_and_every_tour_line_works() {
             assert!((0..3600).contains(&age), "{id}: {e}");
         }
     }
+
+    // The home's root: both workspaces, and every agent of both in its status.
+    let listed: Vec<String> = std::fs::read_dir(d.root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for ws in litanyfs::demo::HOME_WORKSPACES {
+        assert!(listed.contains(&ws.to_string()), "{listed:?}");
+    }
+    let home_status = std::fs::read_to_string(d.root().join("status")).unwrap();
+    for ws in litanyfs::demo::HOME_WORKSPACES {
+        let rows = home_status
+            .lines()
+            .filter(|l| l.starts_with(&format!("{ws} ")))
+            .count();
+        assert_eq!(rows, 3, "{ws}:\n{home_status}");
+    }
+    assert!(
+        d.tour
+            .contains(&format!("cat {}/status", d.root().display()))
+    );
 
     // status: the three agents as the tour says, and nothing that needs a look but
     // the held call.
