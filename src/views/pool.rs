@@ -7,10 +7,13 @@
 //! reconstructs their histories, one after another, on one more, `litanyfs-history`, at
 //! the lowest CPU priority, started when a workspace needs it and gone when none does.
 //!
-//! A workspace nobody has opened has no watches to poke its follower, so once quiet it
-//! is looked at every [`UNWATCHED_TICK`] rather than every [`IDLE_TICK`]: what changes in
-//! it shows in `events` within that, and an idle home costs little whatever its size.
-//! Once its tree watches it ([`Views::refs_watched`]) it is followed as a single mount's.
+//! A workspace nobody has opened holds only the watches of its top directories
+//! ([`TOP_WATCHED`], and each kind of mark under `refs/litany/`), on one inotify
+//! descriptor read by one more thread, `litanyfs-top`: a new agent, a message, a branch or
+//! a mark that moves pokes its follower at once. What happens deeper (a step starting, a
+//! tool running) is seen at its next look: once quiet, every [`UNWATCHED_TICK`] rather
+//! than every [`IDLE_TICK`], so an idle home costs little whatever its size. Once its tree
+//! watches it ([`Views::refs_watched`]) it is followed as a single mount's.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -23,7 +26,128 @@ use super::model::{Model, Scanner};
 use super::{IDLE_TICK, Views, background, idle_wait, look_rest};
 
 /// How often a quiet workspace that nothing watches is looked at.
-pub const UNWATCHED_TICK: Duration = Duration::from_secs(5);
+pub const UNWATCHED_TICK: Duration = Duration::from_secs(10);
+
+/// The directories of a workspace the pool watches, relative to it: where a new agent,
+/// a deposit, a moved branch or a packed ref shows.
+pub const TOP_WATCHED: [&str; 5] = [
+    crate::workspace::STEPS_DIR,
+    crate::workspace::INBOX_DIR,
+    "repo.git",
+    "repo.git/refs/heads/agents",
+    "repo.git/refs/litany",
+];
+
+/// One inotify descriptor for the top directories of every workspace in the pool, and
+/// whose each watch is.
+struct TopWatch {
+    inotify: crate::inotify::Inotify,
+    views: Mutex<crate::FastMap<i32, std::sync::Weak<Views>>>,
+}
+
+impl TopWatch {
+    fn start() -> Option<Arc<Self>> {
+        let inotify = crate::inotify::Inotify::new(false)
+            .map_err(|e| ::log::warn!("events: no inotify for the home's workspaces ({e})"))
+            .ok()?;
+        let me = Arc::new(Self {
+            inotify,
+            views: Mutex::new(Default::default()),
+        });
+        let weak = Arc::downgrade(&me);
+        let started = std::thread::Builder::new()
+            .name("litanyfs-top".into())
+            .spawn(move || top_loop(weak));
+        if let Err(e) = started {
+            ::log::warn!("events: no thread for the home's watches ({e})");
+            return None;
+        }
+        Some(me)
+    }
+
+    /// Watches `views`' workspace's top directories, and each kind of mark.
+    fn add(&self, views: &Arc<Views>) {
+        let mask = libc::IN_CREATE
+            | libc::IN_DELETE
+            | libc::IN_MOVED_FROM
+            | libc::IN_MOVED_TO
+            | libc::IN_CLOSE_WRITE
+            | libc::IN_ONLYDIR
+            | libc::IN_DONT_FOLLOW;
+        let mut dirs: Vec<std::path::PathBuf> =
+            TOP_WATCHED.iter().map(|d| views.root.join(d)).collect();
+        if let Ok(kinds) = std::fs::read_dir(views.root.join("repo.git/refs/litany")) {
+            dirs.extend(kinds.filter_map(|k| k.ok()).map(|k| k.path()));
+        }
+        let mut map = self.views.lock();
+        for d in dirs {
+            if let Ok(wd) = self.inotify.add(&d, mask) {
+                map.insert(wd, Arc::downgrade(views));
+            }
+        }
+    }
+}
+
+/// `litanyfs-top`: pokes the follower of each workspace whose top directory changed,
+/// until the pool is gone.
+fn top_loop(top: std::sync::Weak<TopWatch>) {
+    let mut buf = vec![0u8; crate::inotify::EVENT_BUFFER];
+    loop {
+        let Some(t) = top.upgrade() else {
+            return;
+        };
+        let fd = {
+            use std::os::fd::AsRawFd;
+            t.inotify.as_raw_fd()
+        };
+        drop(t);
+        // Wait without holding the watch, so that the pool can be dropped meanwhile.
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the duration of the call; the descriptor lives as
+        // long as the TopWatch, and a closed one only makes poll answer POLLNVAL.
+        let ready = unsafe { libc::poll(&mut pfd, 1, IDLE_TICK.as_millis() as libc::c_int) };
+        let Some(t) = top.upgrade() else {
+            return;
+        };
+        if ready <= 0 || pfd.revents & libc::POLLIN == 0 {
+            continue;
+        }
+        let mut poke = Vec::new();
+        let mut ended = Vec::new();
+        if let Err(e) = t.inotify.read(&mut buf, |e| {
+            poke.push(e.wd);
+            if e.watch_ended() {
+                ended.push(e.wd);
+            }
+        }) {
+            ::log::warn!("events: the home's watches stop ({e})");
+            return;
+        }
+        let mut map = t.views.lock();
+        poke.sort_unstable();
+        poke.dedup();
+        for wd in poke {
+            if let Some(v) = map.get(&wd).and_then(std::sync::Weak::upgrade) {
+                v.refs_moved();
+            }
+        }
+        for wd in ended {
+            map.remove(&wd);
+        }
+        // A workspace the home forgot while its directories stay: its watches go too.
+        map.retain(|wd, v| {
+            let live = v.strong_count() > 0;
+            if !live {
+                t.inotify.remove(*wd);
+            }
+            live
+        });
+    }
+}
 /// How many quiet looks in a row (at [`idle_wait`]'s pace, about five seconds) before
 /// an unwatched workspace is looked at only every [`UNWATCHED_TICK`].
 const QUIET_BEFORE_UNWATCHED_TICK: u32 = 8;
@@ -196,6 +320,8 @@ pub struct Pool {
     followers: Mutex<Vec<Follower>>,
     wake: Arc<Wake>,
     histories: Arc<Histories>,
+    /// The top directories' watches (`None` without inotify: the ticks alone).
+    top: Option<Arc<TopWatch>>,
 }
 
 impl Pool {
@@ -205,6 +331,7 @@ impl Pool {
             followers: Mutex::new(Vec::new()),
             wake: Arc::new(Wake::default()),
             histories: Arc::default(),
+            top: TopWatch::start(),
         });
         let weak = Arc::downgrade(&pool);
         let started = std::thread::Builder::new()
@@ -219,6 +346,9 @@ impl Pool {
     /// Follows `views` from now on, for as long as anyone else holds them.
     pub fn add(&self, views: Arc<Views>) {
         let _ = views.pool.set(self.wake.clone());
+        if let Some(top) = &self.top {
+            top.add(&views);
+        }
         self.followers.lock().push(Follower::new(views));
         self.wake.poke();
     }
