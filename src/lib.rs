@@ -26,7 +26,8 @@
 //! | `litanyfs-events` | [`views`] | a poke from `invalidate` after each batch of changes; a tick of 250 ms, 750 ms once idle ([`views::idle_wait`]) | listing steps and inboxes, reading `/proc/locks` and the refs, appending to the events log |
 //! | `litanyfs-history` | [`views`] | started once by `litanyfs-events` (at nice 19), then exits; on a home mount, by the pool when a workspace needs its history, gone when none does | reading the records and walking the branches |
 //! | `litanyfs-home` | [`home`] (home mounts) | inotify on the home's shelves; a sweep every 2 s | listing the shelves |
-//! | `litanyfs-follow` | [`views::pool`] (home mounts: instead of one `litanyfs-events` per workspace) | a poke of any workspace's views; each workspace's tick (5 s once quiet and unopened) | as `litanyfs-events`, one workspace at a time |
+//! | `litanyfs-follow` | [`views::pool`] (home mounts: instead of one `litanyfs-events` per workspace) | a poke of any workspace's views; each workspace's tick (10 s once quiet and unopened) | as `litanyfs-events`, one workspace at a time |
+//! | `litanyfs-top` | [`views::pool`] (home mounts) | inotify on the top directories of every workspace | poking the followers |
 //! | `invalidate-gone` | [`fs`] (home mounts) | a workspace that has gone, once, then exits | the kernel's invalidation calls |
 //! | `litanyfs-reap` | [`deposit::wake`] | a launched driver exiting (one per launch) | `waitpid` of that driver |
 //! | `litanyfs-render` | [`records`] (scoped, inside a request thread's render of a long `response.json`) | started per part, exits before the request replies | reading that part of the `response.json` |
