@@ -583,6 +583,26 @@ fn return_large_allocations() {
     }
 }
 
+/// Says so when the daemon runs as root over a workspace someone else owns: what it
+/// writes there would be root's, and the drivers it wakes would run as root.
+fn warn_if_root_over_others(ws: &Path) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    if let Ok(m) = std::fs::metadata(ws)
+        && m.uid() != 0
+    {
+        log::warn!(
+            "running as root over {} (owned by uid {}): deposits and driver logs are made \
+             as root and woken drivers run as root; run the mount as the workspace's owner \
+             (doc/SYSTEM-MOUNTS.md)",
+            ws.display(),
+            m.uid()
+        );
+    }
+}
+
 /// The tree of `workspace` as the mount serves it, with the mount's options: read-only
 /// also when `read_only` (a home's replays); serving `views` when given (a home follows
 /// every workspace's events from discovery, before any tree exists).
@@ -621,6 +641,7 @@ fn workspace_tree(
         tree = tree.confined_to(agent);
     }
     if !opts.read_only && !read_only {
+        warn_if_root_over_others(workspace.root());
         let depositor = Depositor::new(
             workspace,
             DepositOptions {

@@ -584,3 +584,75 @@ fn a_slow_reader_does_not_stall_a_listing_in_another_shell() {
         "ls took {ls_took:?}, the slow read {slow_took:?}"
     );
 }
+
+/// A stand-in harness: records its argv and working directory in `<record>.<pid>` and
+/// says one line on stderr. Returns (script, record prefix).
+fn recording_harness(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let record = dir.join("harness-record");
+    let script = dir.join("fake-litany");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n\
+             out={record}.$$\n\
+             {{\n\
+             printf 'argv:'; for a in \"$@\"; do printf ' [%s]' \"$a\"; done; echo\n\
+             echo \"cwd: $(pwd)\"\n\
+             echo \"env: ${{LITANYFS_READY_PIPE-}}${{NOTIFY_SOCKET-}}\"\n\
+             }} > $out.tmp && mv $out.tmp $out\n\
+             echo 'driver says hi' >&2\n",
+            record = record.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    (script, record)
+}
+
+/// What the stand-in harness recorded, waiting up to 10 s for `n` launches.
+fn harness_records(record: &Path, n: usize) -> Vec<String> {
+    let dir = record.parent().unwrap();
+    let prefix = format!("{}.", record.file_name().unwrap().to_str().unwrap());
+    let mut found = Vec::new();
+    eventually(Duration::from_secs(10), || {
+        found = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                (name.starts_with(&prefix) && !name.ends_with(".tmp")).then_some(name)
+            })
+            .map(|n| std::fs::read_to_string(dir.join(n)).unwrap())
+            .collect();
+        found.len() >= n
+    });
+    found
+}
+
+#[test]
+fn a_planted_driver_log_symlink_is_not_followed_and_the_wake_is_logged() {
+    let w = workspace();
+    let t = tempfile::tempdir().unwrap();
+    let outside = t.path().join("bashrc");
+    std::fs::write(&outside, "mine\n").unwrap();
+    let log = w.f.root().join(format!("steps/{A}/driver.log"));
+    std::os::unix::fs::symlink(&outside, &log).unwrap();
+    let (script, record) = recording_harness(t.path());
+    let m = Mounted::with_args(w.f.root(), &["--harness", script.to_str().unwrap()]);
+    std::fs::write(m.path(&format!("inbox/{A}/note")), "wake up\n").unwrap();
+    let recs = harness_records(&record, 1);
+    assert_eq!(recs.len(), 1, "the driver was launched: {}", m.log_text());
+    assert!(
+        eventually(Duration::from_secs(10), || m
+            .log_text()
+            .contains("driver says hi")),
+        "the driver's stderr reached the daemon's log: {}",
+        m.log_text()
+    );
+    let text = m.log_text();
+    assert!(
+        text.contains(&format!("{}: not used", log.display())),
+        "{text}"
+    );
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "mine\n");
+    assert!(std::fs::symlink_metadata(&log).unwrap().is_symlink());
+}

@@ -25,14 +25,13 @@ use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use super::DepositError;
 use super::spare::Spare;
 use crate::workspace::INBOX_DIR;
-use crate::workspace::backing::{cstring, cvt, fstat, open_beneath};
+use crate::workspace::backing::{cstring, cvt, fstat, make_dirs_beneath, open_root};
 use crate::workspace::ids::is_component;
 use crate::workspace::inbox::{message_filename, next_sequence};
 
@@ -95,16 +94,6 @@ pub(crate) fn unnamed_file(dir: &impl AsRawFd) -> io::Result<File> {
     Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
-/// `mkdirat(dirfd, name, 0777)` (the umask applies, as with `create_dir_all`); an
-/// existing entry is fine, and whether it is a usable directory is up to the open.
-fn mkdir_at(dirfd: &OwnedFd, name: &CStr) -> io::Result<()> {
-    // SAFETY: valid dirfd and NUL-terminated name; the result is checked.
-    match cvt(unsafe { libc::mkdirat(dirfd.as_raw_fd(), name.as_ptr(), 0o777) }) {
-        Err(e) if e.raw_os_error() != Some(libc::EEXIST) => Err(e),
-        _ => Ok(()),
-    }
-}
-
 /// An `O_PATH` descriptor on one agent's real inbox directory. Short-lived by design
 /// (module docs): it must never outlive the publish that opened it.
 pub(crate) struct InboxDir {
@@ -130,25 +119,8 @@ impl InboxDir {
         }
         let path = root.join(INBOX_DIR).join(id);
         let err = |op, e| DepositError::io(op, &path, e);
-        let c_root = cstring(root.as_os_str().as_bytes()).map_err(|e| err("open", e))?;
-        // SAFETY: NUL-terminated path; the result is checked.
-        let root_fd = cvt(unsafe {
-            libc::open(
-                c_root.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        })
-        .map_err(|e| err("open workspace for", e))?;
-        // SAFETY: `root_fd` was just returned by open and is owned by nobody else.
-        let root_fd = unsafe { OwnedFd::from_raw_fd(root_fd) };
-        let c_inbox = cstring(INBOX_DIR.as_bytes()).map_err(|e| err("open", e))?;
-        let c_id = cstring(id.as_bytes()).map_err(|e| err("open", e))?;
-        mkdir_at(&root_fd, &c_inbox).map_err(|e| err("create", e))?;
-        let inbox_fd = open_beneath(&root_fd, &c_inbox, libc::O_PATH | libc::O_DIRECTORY)
-            .map_err(|e| err("open", e))?;
-        mkdir_at(&inbox_fd, &c_id).map_err(|e| err("create", e))?;
-        let fd = open_beneath(&inbox_fd, &c_id, libc::O_PATH | libc::O_DIRECTORY)
-            .map_err(|e| err("open", e))?;
+        let root_fd = open_root(root).map_err(|e| err("open workspace for", e))?;
+        let fd = make_dirs_beneath(&root_fd, &[INBOX_DIR, id]).map_err(|e| err("open", e))?;
         Ok(Self { fd, path })
     }
 

@@ -22,7 +22,6 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -31,7 +30,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::publish::unnamed_file;
 use crate::workspace::INBOX_DIR;
-use crate::workspace::backing::{cstring, cvt, fstat, open_beneath};
+use crate::workspace::backing::{cstring, fstat, open_beneath, open_root};
 
 /// How many spare files are kept ready.
 pub const SPARES: usize = 8;
@@ -132,16 +131,7 @@ impl Shared {
 
     /// Makes `n` spares in `inbox/`.
     fn make(&self, n: usize) -> io::Result<Vec<Spare>> {
-        let c_root = cstring(self.root.as_os_str().as_encoded_bytes())?;
-        // SAFETY: NUL-terminated path; the result is checked.
-        let root = cvt(unsafe {
-            libc::open(
-                c_root.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        })?;
-        // SAFETY: the descriptor was just returned to us.
-        let root = unsafe { OwnedFd::from_raw_fd(root) };
+        let root = open_root(&self.root)?;
         let c_inbox = cstring(INBOX_DIR.as_bytes())?;
         let inbox = open_beneath(&root, &c_inbox, libc::O_PATH | libc::O_DIRECTORY)?;
         let mut out = Vec::with_capacity(n);

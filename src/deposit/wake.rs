@@ -10,13 +10,20 @@
 //! inherited. The child is never waited on by the caller; a small reaper thread collects
 //! its exit status so no zombie stays behind. Every failure leaves the deposit standing.
 //!
+//! The log and its directory are made with the confined primitives of
+//! [`backing`](crate::workspace::backing): beneath the workspace root, through no
+//! symlink, into a regular file of one name. Anyone who can write into the workspace
+//! could otherwise plant `steps/<id>/driver.log -> ~/.bashrc` and have the daemon append
+//! there; such a log is refused with a log line, and the driver still runs, its stderr
+//! going to the daemon's own.
+//!
 //! A wake may also be handed to [`Later`], a thread of its own, so that a writer's
 //! `close` does not wait for the lock check or the launch. It only ever runs after the
 //! deposit that asked for it is linked, which is all litany's wake rule needs; requests
 //! for an agent already waiting in its queue are folded into that one.
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
@@ -29,6 +36,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::workspace::backing::{cstring, make_dirs_beneath, open_append_beneath, open_root};
 use crate::workspace::steps::DRIVER_LOG;
 use crate::workspace::{INBOX_DIR, STEPS_DIR};
 
@@ -141,18 +149,32 @@ pub(crate) fn flocks(locks: &str) -> impl Iterator<Item = (u32, u32, u64)> + '_ 
     })
 }
 
-/// `steps/<id>/driver.log`, opened for append (created with its directory).
+/// `steps/<id>/driver.log`, opened for append (created with its directory), confined
+/// (module docs): a symlink anywhere on the way is refused, not followed.
 fn driver_log(root: &Path, agent: &str) -> io::Result<File> {
-    let dir = root.join(STEPS_DIR).join(agent);
-    std::fs::create_dir_all(&dir)?;
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(DRIVER_LOG))
+    let root = open_root(root)?;
+    let dir = make_dirs_beneath(&root, &[STEPS_DIR, agent])?;
+    open_append_beneath(&dir, &cstring(DRIVER_LOG.as_bytes())?)
+}
+
+/// Where a driver's stderr goes: its `driver.log`, or, when that cannot be had safely
+/// (a planted symlink, a FIFO, a directory the daemon may not write), the daemon's own
+/// stderr, said in a log line.
+fn driver_stderr(root: &Path, agent: &str) -> Stdio {
+    match driver_log(root, agent) {
+        Ok(log) => Stdio::from(log),
+        Err(e) => {
+            log::warn!(
+                "{}: not used ({e}); the driver for {agent} logs to this log instead",
+                root.join(STEPS_DIR).join(agent).join(DRIVER_LOG).display()
+            );
+            Stdio::inherit()
+        }
+    }
 }
 
 /// The launch command, exactly litany's `AdvanceLauncher` (without spawning it).
-fn driver_command(harness: &Path, root: &Path, agent: &str, log: File) -> Command {
+fn driver_command(harness: &Path, root: &Path, agent: &str, stderr: Stdio) -> Command {
     let mut cmd = Command::new(harness);
     cmd.arg("advance")
         .arg(root)
@@ -160,7 +182,7 @@ fn driver_command(harness: &Path, root: &Path, agent: &str, log: File) -> Comman
         .env_remove(LOCK_FD_ENV)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::from(log));
+        .stderr(stderr);
     // SAFETY: the hook runs between fork and exec and only calls `setsid`, which is
     // async-signal-safe. Its failure (already a group leader) is ignored, as litany does.
     unsafe {
@@ -175,8 +197,8 @@ fn driver_command(harness: &Path, root: &Path, agent: &str, log: File) -> Comman
 /// Launches `<harness> advance <root> <agent>` detached and returns its pid. The caller
 /// never waits; a reaper thread collects the exit status.
 pub fn launch(harness: &Path, root: &Path, agent: &str) -> io::Result<u32> {
-    let log = driver_log(root, agent)?;
-    let child = driver_command(harness, root, agent, log).spawn()?;
+    let stderr = driver_stderr(root, agent);
+    let child = driver_command(harness, root, agent, stderr).spawn()?;
     let pid = child.id();
     reap(child);
     Ok(pid)
@@ -486,7 +508,7 @@ pub(crate) mod tests {
     fn the_command_scrubs_the_baton() {
         let t = tempfile::tempdir().unwrap();
         let log = driver_log(t.path(), "a1").unwrap();
-        let cmd = driver_command(Path::new("/bin/true"), t.path(), "a1", log);
+        let cmd = driver_command(Path::new("/bin/true"), t.path(), "a1", log.into());
         let envs: Vec<_> = cmd.get_envs().collect();
         assert!(envs.contains(&(std::ffi::OsStr::new(LOCK_FD_ENV), None)));
         let args: Vec<_> = cmd.get_args().collect();
@@ -550,6 +572,41 @@ pub(crate) mod tests {
             assert!(Instant::now() < deadline, "driver.log was not appended to");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// A `driver.log` planted as a symlink is not followed (nothing written where it
+    /// points), and the driver is launched all the same.
+    #[test]
+    fn a_planted_log_symlink_is_not_followed_and_the_driver_still_runs() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("ws");
+        std::fs::create_dir_all(root.join("inbox/a1")).unwrap();
+        std::fs::create_dir_all(root.join("steps/a1")).unwrap();
+        let outside = t.path().join("bashrc");
+        std::fs::write(&outside, "mine\n").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("steps/a1/driver.log")).unwrap();
+        // And a whole steps/<id> that is a link to elsewhere.
+        std::fs::create_dir_all(root.join("inbox/a2")).unwrap();
+        let elsewhere = t.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.join("steps/a2")).unwrap();
+        let (script, record) = fake_harness(t.path());
+        let waker = Waker::new(&root, Some(&script));
+        assert!(matches!(waker.wake("a1"), Wake::Launched { .. }));
+        assert!(matches!(waker.wake("a2"), Wake::Launched { .. }));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while records(&record, Duration::from_secs(10)).len() < 2 {
+            assert!(Instant::now() < deadline, "both drivers ran");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "mine\n");
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        assert!(
+            std::fs::symlink_metadata(root.join("steps/a1/driver.log"))
+                .unwrap()
+                .is_symlink()
+        );
     }
 
     #[test]

@@ -10,6 +10,13 @@
 //!
 //! The daemon's reads leave the workspace's access times alone ([`open_read`]):
 //! the mount observes the workspace, it does not change it.
+//!
+//! What the daemon writes into the workspace (a deposit and the directories it lands in,
+//! a woken driver's `steps/<id>/driver.log`) is made through the same walk:
+//! [`make_dirs_beneath`] creates each directory with `mkdirat` and opens it beneath the
+//! one before, and [`open_append_beneath`] creates or appends to a regular file with
+//! one name only, never through a symlink. A symlink planted where the daemon writes
+//! (`steps/<id>/driver.log -> ~/.bashrc`) is refused, not followed.
 
 use std::cell::RefCell;
 use std::ffi::{CStr, CString, OsStr, OsString};
@@ -77,19 +84,25 @@ pub(crate) fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
+/// An `O_PATH` descriptor on directory `path`, the workspace root as configured: the
+/// one descriptor every confined walk starts from.
+pub(crate) fn open_root(path: &Path) -> io::Result<OwnedFd> {
+    let c = cstring(path.as_os_str().as_bytes())?;
+    // SAFETY: `c` is a valid NUL-terminated path; the result is checked.
+    let fd = cvt(unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    })?;
+    // SAFETY: `fd` was just returned by open and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 impl Backing {
     pub fn open(root: &Path) -> io::Result<Self> {
-        let c = cstring(root.as_os_str().as_bytes())?;
-        // SAFETY: `c` is a valid NUL-terminated path; the result is checked.
-        let fd = cvt(unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        })?;
-        // SAFETY: `fd` was just returned by open and is owned by nobody else.
         Ok(Self {
-            root: unsafe { OwnedFd::from_raw_fd(fd) },
+            root: open_root(root)?,
         })
     }
 
@@ -242,16 +255,35 @@ pub(crate) fn open_beneath(
     path: &CStr,
     flags: libc::c_int,
 ) -> io::Result<OwnedFd> {
-    match openat2_beneath(dir, path, flags) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => walk_beneath(dir, path, flags),
+    create_beneath(dir, path, flags, 0)
+}
+
+/// [`open_beneath`] with the `mode` an `O_CREAT` gives a new file (the umask applies).
+fn create_beneath(
+    dir: &impl AsRawFd,
+    path: &CStr,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> io::Result<OwnedFd> {
+    match openat2_beneath(dir, path, flags, mode) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => walk_beneath(dir, path, flags, mode),
         other => other,
     }
 }
 
-fn openat2_beneath(dir: &impl AsRawFd, path: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+fn openat2_beneath(
+    dir: &impl AsRawFd,
+    path: &CStr,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> io::Result<OwnedFd> {
     // SAFETY: open_how is plain old data; all-zero is its valid default.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
+    // openat2 refuses a mode without O_CREAT (EINVAL).
+    if flags & libc::O_CREAT != 0 {
+        how.mode = u64::from(mode);
+    }
     how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
     // SAFETY: valid dirfd, NUL-terminated path and a correctly sized open_how.
     let r = unsafe {
@@ -272,12 +304,22 @@ fn openat2_beneath(dir: &impl AsRawFd, path: &CStr, flags: libc::c_int) -> io::R
 
 /// [`open_beneath`] without `openat2`: each directory on the way is opened `O_PATH |
 /// O_NOFOLLOW | O_DIRECTORY` from the one before, so no symlink is ever followed.
-fn walk_beneath(dir: &impl AsRawFd, path: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+fn walk_beneath(
+    dir: &impl AsRawFd,
+    path: &CStr,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> io::Result<OwnedFd> {
     let openat = |at: libc::c_int, name: &[u8], flags: libc::c_int| -> io::Result<OwnedFd> {
         let c = cstring(name)?;
         // SAFETY: valid dirfd and NUL-terminated name; the result is checked.
         let fd = cvt(unsafe {
-            libc::openat(at, c.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            libc::openat(
+                at,
+                c.as_ptr(),
+                flags | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                mode as libc::c_uint,
+            )
         })?;
         // SAFETY: the descriptor was just returned to us and is owned by nobody else.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -300,6 +342,66 @@ fn walk_beneath(dir: &impl AsRawFd, path: &CStr, flags: libc::c_int) -> io::Resu
     }
     let from = at.as_ref().map_or(dir.as_raw_fd(), |f| f.as_raw_fd());
     openat(from, last, flags)
+}
+
+/// `mkdirat(dir, name, 0777)` for one component (the umask applies, as with
+/// `create_dir_all`). An existing entry is fine: whether it is a directory, and not a
+/// symlink, is for the confined open that follows to say.
+pub(crate) fn make_dir_at(dir: &impl AsRawFd, name: &CStr) -> io::Result<()> {
+    // SAFETY: valid dirfd and NUL-terminated name; the result is checked.
+    match cvt(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o777) }) {
+        Err(e) if e.raw_os_error() != Some(libc::EEXIST) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Directory `components` beneath `dir`, each created when missing ([`make_dir_at`])
+/// and opened (`O_PATH`) from the one before without following a symlink: the confined
+/// `create_dir_all`. A component that is a symlink or not a directory is refused
+/// (`ENOTDIR`, or `ELOOP`).
+pub(crate) fn make_dirs_beneath(dir: &impl AsRawFd, components: &[&str]) -> io::Result<OwnedFd> {
+    let mut at: Option<OwnedFd> = None;
+    for part in components {
+        let c = cstring(part.as_bytes())?;
+        let from = Raw(at.as_ref().map_or(dir.as_raw_fd(), |f| f.as_raw_fd()));
+        make_dir_at(&from, &c)?;
+        at = Some(open_beneath(&from, &c, libc::O_PATH | libc::O_DIRECTORY)?);
+    }
+    match at {
+        Some(fd) => Ok(fd),
+        None => open_beneath(dir, c".", libc::O_PATH | libc::O_DIRECTORY),
+    }
+}
+
+/// A borrowed raw descriptor, for the walks that switch from a caller's to their own.
+struct Raw(libc::c_int);
+
+impl AsRawFd for Raw {
+    fn as_raw_fd(&self) -> libc::c_int {
+        self.0
+    }
+}
+
+/// Regular file `name` in directory `dir`, opened for appending and created (mode
+/// `0666` less the umask) when missing, as a log is: never through a symlink
+/// (`ELOOP`), and refused when it is anything but a regular file with this one name
+/// (`EINVAL`: a FIFO would block the opener, a device is nobody's log, and a second
+/// hard link could be a file outside the workspace). Opened without blocking; the
+/// returned file is blocking again.
+pub(crate) fn open_append_beneath(dir: &impl AsRawFd, name: &CStr) -> io::Result<File> {
+    let fd = create_beneath(
+        dir,
+        name,
+        libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_NONBLOCK | libc::O_NOCTTY,
+        0o666,
+    )?;
+    let st = fstat(&fd)?;
+    if !st.is_file() || st.nlink != 1 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: fcntl on a descriptor we own; the result is checked.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_APPEND) })?;
+    Ok(File::from(fd))
 }
 
 /// The buffer one `getdents64` call fills: a step directory's entries in one call.
@@ -418,7 +520,8 @@ mod tests {
         symlink(outside.path(), t.path().join("a/out")).unwrap();
         symlink("b/f", t.path().join("a/lf")).unwrap();
         let root = File::open(t.path()).unwrap();
-        let open = |p: &str| walk_beneath(&root, &cstring(p.as_bytes()).unwrap(), libc::O_RDONLY);
+        let open =
+            |p: &str| walk_beneath(&root, &cstring(p.as_bytes()).unwrap(), libc::O_RDONLY, 0);
         let mut got = String::new();
         std::io::Read::read_to_string(&mut File::from(open("a/b/f").unwrap()), &mut got).unwrap();
         assert_eq!(got, "x");
@@ -432,6 +535,59 @@ mod tests {
             Some(libc::EXDEV)
         );
         assert!(open("").is_ok(), "the directory itself");
+    }
+
+    /// What the daemon writes goes through no symlink and into nothing but a regular
+    /// file of one name: a planted link, FIFO or hard link is refused, nothing outside
+    /// is created or written, and a real log is created and then appended to.
+    #[test]
+    fn writes_follow_no_symlink_and_append_only_to_a_plain_file() {
+        use std::io::Write;
+        let t = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("bashrc");
+        std::fs::write(&target, b"mine\n").unwrap();
+        let root = open_root(t.path()).unwrap();
+        // Created, then appended to.
+        let dir = make_dirs_beneath(&root, &["steps", "a1"]).unwrap();
+        for line in ["one\n", "two\n"] {
+            let mut f = open_append_beneath(&dir, c"driver.log").unwrap();
+            f.write_all(line.as_bytes()).unwrap();
+        }
+        let log = t.path().join("steps/a1/driver.log");
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "one\ntwo\n");
+        // A symlink as the file, or as a directory on the way, is refused.
+        std::fs::remove_file(&log).unwrap();
+        symlink(&target, &log).unwrap();
+        let e = open_append_beneath(&dir, c"driver.log").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{e}");
+        symlink(outside.path(), t.path().join("steps/a2")).unwrap();
+        let e = make_dirs_beneath(&root, &["steps", "a2"]).unwrap_err();
+        assert!(
+            matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)),
+            "{e}"
+        );
+        std::fs::remove_file(t.path().join("steps/a2")).unwrap();
+        symlink(outside.path(), t.path().join("steps2")).unwrap();
+        assert!(make_dirs_beneath(&root, &["steps2", "a1"]).is_err());
+        // A FIFO (which would block the opener) and a second hard link are refused.
+        std::fs::remove_file(&log).unwrap();
+        let c = cstring(log.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let e = open_append_beneath(&dir, c"driver.log").unwrap_err();
+        assert!(
+            matches!(e.raw_os_error(), Some(libc::ENXIO | libc::EINVAL)),
+            "{e}"
+        );
+        std::fs::remove_file(&log).unwrap();
+        std::fs::write(t.path().join("other"), b"").unwrap();
+        std::fs::hard_link(t.path().join("other"), &log).unwrap();
+        let e = open_append_beneath(&dir, c"driver.log").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
+        // Nothing outside was created or written.
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "mine\n");
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1);
     }
 
     /// The daemon's reads of a file and its listing of a directory leave their access
