@@ -30,13 +30,12 @@ use crate::deposit::{Depositor, Options as DepositOptions, WakeMode};
 use crate::fs::Fs;
 use crate::home::{Source, Space};
 use crate::process;
+use crate::process::READY_ENV;
 use crate::tree::{Deposits, Tree};
 use crate::views::Views;
 use crate::witness::Witness;
 use crate::workspace::{Workspace, WorkspaceError};
 
-/// The environment variable that tells a daemon its stdout is the readiness pipe.
-const READY_ENV: &str = "LITANYFS_READY_PIPE";
 /// The readiness line a daemon writes once the mount answers.
 const READY_LINE: &str = "ready";
 /// How long a daemon waits for its own mount to answer before giving up.
@@ -76,8 +75,8 @@ pub struct MountOptions {
     /// The largest message a deposit accepts, in bytes; a write past it gets `EFBIG`.
     #[arg(long, value_name = "N", default_value_t = crate::deposit::DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
-    /// The `litany` binary that wakes an agent after a deposit (default: `litany` on
-    /// `PATH`).
+    /// The `litany` binary that wakes an agent after a deposit (default: `litany` in an
+    /// absolute `PATH` entry). Resolved once, at mount, to an absolute path.
     #[arg(long, value_name = "PATH")]
     pub harness: Option<PathBuf>,
     /// Deposit without waking the agent; `litany scan` launches the pending drivers later.
@@ -406,6 +405,13 @@ pub fn default_log_file(mnt: &Path) -> Result<PathBuf, MountError> {
 pub fn spawn_daemon(ws: &Path, mnt: &Path, opts: &MountOptions) -> Result<PathBuf, MountError> {
     let (_, mnt) = preflight(ws, mnt)?;
     let ws = std::fs::canonicalize(ws).map_err(|e| MountError::Io(ws.display().to_string(), e))?;
+    // A relative --harness names a file from here, not from wherever the daemon runs.
+    let mut opts = opts.clone();
+    if let Some(h) = &opts.harness {
+        opts.harness =
+            Some(std::path::absolute(h).map_err(|e| MountError::Io(h.display().to_string(), e))?);
+    }
+    let opts = &opts;
     let log_path = match &opts.log_file {
         Some(f) => f.clone(),
         None => default_log_file(&mnt)?,
@@ -686,17 +692,31 @@ fn serve(
     handle_signals(mnt.clone());
     raise_fd_limit();
     return_large_allocations();
-    if !opts.read_only
-        && !opts.no_wake
-        && crate::deposit::find_harness(opts.harness.as_deref()).is_none()
-    {
-        log::warn!(
-            "no `{}` on PATH ({}): deposits wait in their inbox for the next driver; \
-             set harness= (--harness) to wake agents",
-            crate::deposit::wake::HARNESS_BIN,
-            std::env::var("PATH").unwrap_or_default()
-        );
+    // The harness is resolved once, here, to the absolute path every wake launches.
+    let harness = crate::deposit::find_harness(opts.harness.as_deref());
+    if !opts.read_only && !opts.no_wake {
+        match &harness {
+            Some(h) => log::info!(
+                "waking agents with {} ({})",
+                h.display(),
+                if opts.harness.is_some() {
+                    "--harness"
+                } else {
+                    "found on PATH"
+                }
+            ),
+            None => log::warn!(
+                "no `{}` in an absolute PATH entry ({}): deposits wait in their inbox for \
+                 the next driver; set harness= (--harness) to wake agents",
+                crate::deposit::wake::HARNESS_BIN,
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        }
     }
+    let opts = &MountOptions {
+        harness,
+        ..opts.clone()
+    };
     let started: Arc<Started> = Arc::new(std::sync::OnceLock::new());
     let (space, source_root, single) = match source {
         Source::Workspace(root) => {

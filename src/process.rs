@@ -9,6 +9,9 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+/// The environment variable that tells a daemon its stdout is the readiness pipe: the
+/// daemon's alone, never passed on to what it launches.
+pub(crate) const READY_ENV: &str = "LITANYFS_READY_PIPE";
 /// The running executable, whatever became of its path.
 const SELF_EXE: &str = "/proc/self/exe";
 

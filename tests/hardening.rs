@@ -656,3 +656,38 @@ fn a_planted_driver_log_symlink_is_not_followed_and_the_wake_is_logged() {
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "mine\n");
     assert!(std::fs::symlink_metadata(&log).unwrap().is_symlink());
 }
+
+#[test]
+fn an_agent_named_like_an_option_is_woken_as_an_id_in_a_clean_launch() {
+    const X: &str = "--x";
+    let w = workspace();
+    w.f.agent(X, None, &[]).unwrap();
+    std::fs::create_dir_all(w.f.inbox(X)).unwrap();
+    let t = tempfile::tempdir().unwrap();
+    let (script, record) = recording_harness(t.path());
+    let m = Mounted::with_env(
+        w.f.root(),
+        &["--harness", script.to_str().unwrap()],
+        &[("NOTIFY_SOCKET", OsStr::new("/nonexistent/notify"))],
+    );
+    assert!(
+        m.log_text()
+            .contains(&format!("waking agents with {}", script.display())),
+        "{}",
+        m.log_text()
+    );
+    std::fs::write(m.path(&format!("inbox/{X}/note")), "hi\n").unwrap();
+    let recs = harness_records(&record, 1);
+    let ws = std::fs::canonicalize(w.f.root()).unwrap();
+    // The id comes after `--`, the driver runs in `/`, and neither the daemon's
+    // readiness pipe nor its service manager's socket reaches it.
+    assert_eq!(
+        recs,
+        [format!(
+            "argv: [advance] [--] [{}] [{X}]\ncwd: /\nenv: \n",
+            ws.display()
+        )],
+        "{}",
+        m.log_text()
+    );
+}

@@ -70,9 +70,9 @@ fn join(thread: Option<std::thread::JoinHandle<()>>, what: &str) {
 pub struct Options {
     /// The largest content accepted, in bytes.
     pub max_message_bytes: usize,
-    /// The harness launched as `<harness> advance <ws> <id>`; `None` searches `PATH` for
-    /// `litany`. Its environment is ours (minus `LITANY_LOCK_FD`), so `LITANY_HOME` must
-    /// be right for the workspace.
+    /// The harness launched as `<harness> advance -- <ws> <id>`; `None` searches the
+    /// absolute `PATH` entries for `litany`. Its environment is ours (minus
+    /// [`wake::PRIVATE_ENV`]), so `LITANY_HOME` must be right for the workspace.
     pub harness: Option<PathBuf>,
     /// Protection against `litany message` renaming over our deposits; `None` turns it
     /// off (then a same-sender race with litany can lose one of our messages).

@@ -254,7 +254,7 @@ fn a_deposit_wakes_an_idle_recipient() {
     let recs = records(&record, Duration::from_secs(10));
     assert_eq!(recs.len(), 1);
     assert!(recs[0].contains(&format!(
-        "argv: [advance] [{}] [{R}]\npid: {pid}\nsid: {pid}\n",
+        "argv: [advance] [--] [{}] [{R}]\npid: {pid}\nsid: {pid}\n",
         s.ws.root().display()
     )));
     assert_eq!(
@@ -296,7 +296,7 @@ fn a_background_wake_runs_after_the_deposit_returns() {
     let recs = records(&record, Duration::from_secs(10));
     assert_eq!(recs.len(), 1, "{recs:?}");
     assert!(recs[0].contains(&format!(
-        "argv: [advance] [{}] [{R}]\n",
+        "argv: [advance] [--] [{}] [{R}]\n",
         s.ws.root().display()
     )));
 }

@@ -4,11 +4,23 @@
 //! Guarantees: whether an executor holds `inbox/<id>` is read from `/proc/locks`, never
 //! probed with `flock` (a probe can make a starting driver lose its acquire, §3.7) and
 //! never through a held directory fd (`litany stop` would take us for the executor). When
-//! nobody holds it, `<harness> advance <ws> <id>` is launched exactly as litany's
+//! nobody holds it, `<harness> advance -- <ws> <id>` is launched as litany's
 //! `AdvanceLauncher` does: `setsid` in the child, stdin/stdout `/dev/null`, stderr
 //! appended to `steps/<id>/driver.log`, `LITANY_LOCK_FD` removed, everything else
 //! inherited. The child is never waited on by the caller; a small reaper thread collects
 //! its exit status so no zombie stays behind. Every failure leaves the deposit standing.
+//!
+//! The launch is hardened where litany's own need not be, since the daemon may serve
+//! other users and outlive the shell that started it:
+//! - the harness is an absolute path, resolved once ([`find_harness`]: `--harness`, or
+//!   the first executable `litany` in an *absolute* `PATH` entry; a relative entry, `.`
+//!   or an empty one, would make the working directory choose the program);
+//! - the child runs in `/`, not in whatever directory the daemon was started from, and
+//!   without the daemon's own variables ([`PRIVATE_ENV`]: its readiness pipe, its
+//!   service manager's socket);
+//! - the id comes after `--` (litany's parser takes it so), so `refs/heads/agents/--x`,
+//!   a valid ref, is an id and never an option; an id that is not one path component is
+//!   not woken at all.
 //!
 //! The log and its directory are made with the confined primitives of
 //! [`backing`](crate::workspace::backing): beneath the workspace root, through no
@@ -37,6 +49,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use crate::workspace::backing::{cstring, make_dirs_beneath, open_append_beneath, open_root};
+use crate::workspace::ids::is_component;
 use crate::workspace::steps::DRIVER_LOG;
 use crate::workspace::{INBOX_DIR, STEPS_DIR};
 
@@ -44,6 +57,21 @@ use crate::workspace::{INBOX_DIR, STEPS_DIR};
 pub const HARNESS_BIN: &str = "litany";
 /// The lock baton a successor adopts; a launched driver must acquire, never adopt.
 pub const LOCK_FD_ENV: &str = "LITANY_LOCK_FD";
+/// What a launched driver never inherits: litany's lock baton, and what is the daemon's
+/// alone (its readiness pipe; the service manager's notify socket, socket activation
+/// and watchdog, which would otherwise let a driver speak for the mount's unit).
+pub const PRIVATE_ENV: [&str; 8] = [
+    LOCK_FD_ENV,
+    crate::process::READY_ENV,
+    "NOTIFY_SOCKET",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+    "WATCHDOG_PID",
+    "WATCHDOG_USEC",
+];
+/// Where a launched driver runs: nowhere the daemon's starter chose.
+pub const DRIVER_CWD: &str = "/";
 /// Where the kernel lists every file lock.
 pub const PROC_LOCKS: &str = "/proc/locks";
 
@@ -65,14 +93,21 @@ pub enum Wake {
     Queued,
 }
 
-/// The harness to launch: `explicit` as given, else the first executable `litany` on
-/// `PATH`.
+/// The harness to launch, as an absolute path: `explicit` made absolute (against the
+/// working directory of the moment), else the first executable `litany` in an absolute
+/// entry of `PATH`. Relative entries (`.`, `bin`, an empty one) are skipped: they name
+/// wherever the process happens to be.
 pub fn find_harness(explicit: Option<&Path>) -> Option<PathBuf> {
     if let Some(p) = explicit {
-        return Some(p.to_path_buf());
+        return std::path::absolute(p).ok();
     }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
+    harness_on(&std::env::var_os("PATH")?)
+}
+
+/// The first executable `litany` in the absolute entries of `path` (a `PATH` value).
+fn harness_on(path: &std::ffi::OsStr) -> Option<PathBuf> {
+    std::env::split_paths(path)
+        .filter(|dir| dir.is_absolute())
         .map(|dir| dir.join(HARNESS_BIN))
         .find(|p| {
             std::fs::metadata(p)
@@ -173,16 +208,21 @@ fn driver_stderr(root: &Path, agent: &str) -> Stdio {
     }
 }
 
-/// The launch command, exactly litany's `AdvanceLauncher` (without spawning it).
+/// The launch command: litany's `AdvanceLauncher`, hardened (module docs), without
+/// spawning it.
 fn driver_command(harness: &Path, root: &Path, agent: &str, stderr: Stdio) -> Command {
     let mut cmd = Command::new(harness);
     cmd.arg("advance")
+        .arg("--")
         .arg(root)
         .arg(agent)
-        .env_remove(LOCK_FD_ENV)
+        .current_dir(DRIVER_CWD)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr);
+    for var in PRIVATE_ENV {
+        cmd.env_remove(var);
+    }
     // SAFETY: the hook runs between fork and exec and only calls `setsid`, which is
     // async-signal-safe. Its failure (already a group leader) is ignored, as litany does.
     unsafe {
@@ -194,9 +234,13 @@ fn driver_command(harness: &Path, root: &Path, agent: &str, stderr: Stdio) -> Co
     cmd
 }
 
-/// Launches `<harness> advance <root> <agent>` detached and returns its pid. The caller
-/// never waits; a reaper thread collects the exit status.
+/// Launches `<harness> advance -- <root> <agent>` detached and returns its pid. The
+/// caller never waits; a reaper thread collects the exit status. `agent` must be one path
+/// component (`EINVAL` otherwise).
 pub fn launch(harness: &Path, root: &Path, agent: &str) -> io::Result<u32> {
+    if !is_component(agent) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
     let stderr = driver_stderr(root, agent);
     let child = driver_command(harness, root, agent, stderr).spawn()?;
     let pid = child.id();
@@ -243,10 +287,11 @@ impl std::fmt::Debug for Waker {
 }
 
 impl Waker {
-    /// `harness` as configured, else `litany` from `PATH` (resolved once, here).
+    /// `harness` as configured, else `litany` from `PATH` (resolved once, here, to an
+    /// absolute path). The root is made absolute too: the driver runs in `/`.
     pub fn new(root: &Path, harness: Option<&Path>) -> Self {
         Self {
-            root: root.to_path_buf(),
+            root: std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf()),
             harness: find_harness(harness),
             warned: AtomicBool::new(false),
             on_launch: std::sync::OnceLock::new(),
@@ -276,6 +321,10 @@ impl Waker {
             }
             return Wake::NoHarness;
         };
+        if !is_component(agent) {
+            log::warn!("not waking {agent:?}: not an agent id (one path component)");
+            return Wake::Failed(format!("{agent:?} is not an agent id"));
+        }
         let inbox = self.root.join(INBOX_DIR).join(agent);
         match executor_busy(&inbox) {
             Ok(true) => return Wake::Busy,
@@ -510,12 +559,18 @@ pub(crate) mod tests {
         let log = driver_log(t.path(), "a1").unwrap();
         let cmd = driver_command(Path::new("/bin/true"), t.path(), "a1", log.into());
         let envs: Vec<_> = cmd.get_envs().collect();
-        assert!(envs.contains(&(std::ffi::OsStr::new(LOCK_FD_ENV), None)));
+        for var in PRIVATE_ENV {
+            assert!(envs.contains(&(std::ffi::OsStr::new(var), None)), "{var}");
+        }
+        assert!(envs.contains(&(std::ffi::OsStr::new("NOTIFY_SOCKET"), None)));
+        assert!(envs.contains(&(std::ffi::OsStr::new("LITANYFS_READY_PIPE"), None)));
+        assert_eq!(cmd.get_current_dir(), Some(Path::new("/")));
         let args: Vec<_> = cmd.get_args().collect();
         assert_eq!(
             args,
             [
                 std::ffi::OsStr::new("advance"),
+                std::ffi::OsStr::new("--"),
                 t.path().as_os_str(),
                 std::ffi::OsStr::new("a1")
             ]
@@ -537,7 +592,7 @@ pub(crate) mod tests {
         let rec = &recs[0];
         let log = root.join("steps/a1/driver.log");
         assert!(
-            rec.contains(&format!("argv: [advance] [{}] [a1]\n", root.display())),
+            rec.contains(&format!("argv: [advance] [--] [{}] [a1]\n", root.display())),
             "{rec}"
         );
         assert!(rec.contains(&format!("pid: {pid}\nsid: {pid}\n")), "{rec}");
@@ -607,6 +662,43 @@ pub(crate) mod tests {
                 .unwrap()
                 .is_symlink()
         );
+    }
+
+    /// Only absolute `PATH` entries are searched, and what is found or given is absolute.
+    #[test]
+    fn the_harness_is_absolute_and_never_found_through_a_relative_path_entry() {
+        let t = tempfile::tempdir().unwrap();
+        let (script, _) = fake_harness(t.path());
+        let bin = t.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        std::fs::rename(&script, bin.join(HARNESS_BIN)).unwrap();
+        // `bin` named relative to the working directory: a relative entry that does
+        // lead to a `litany`, and is skipped all the same.
+        let cwd = std::env::current_dir().unwrap();
+        let up = "../".repeat(cwd.components().count() - 1);
+        let rel_bin = format!("{up}{}", bin.display().to_string().trim_start_matches('/'));
+        assert!(Path::new(&rel_bin).join(HARNESS_BIN).is_file(), "{rel_bin}");
+        let only_rel = std::ffi::OsString::from(format!(":.:{rel_bin}"));
+        assert_eq!(harness_on(&only_rel), None);
+        let then_abs = std::ffi::OsString::from(format!("{rel_bin}:{}", bin.display()));
+        assert_eq!(harness_on(&then_abs), Some(bin.join(HARNESS_BIN)));
+        let given = find_harness(Some(Path::new("some/litany"))).unwrap();
+        assert!(
+            given.is_absolute() && given.ends_with("some/litany"),
+            "{given:?}"
+        );
+    }
+
+    /// An id that is not one path component is never launched.
+    #[test]
+    fn a_bad_id_is_not_woken() {
+        let t = tempfile::tempdir().unwrap();
+        let (script, record) = fake_harness(t.path());
+        let waker = Waker::new(t.path(), Some(&script));
+        for bad in ["", "..", "a/b"] {
+            assert!(matches!(waker.wake(bad), Wake::Failed(_)), "{bad:?}");
+        }
+        assert!(records(&record, Duration::from_millis(300)).is_empty());
     }
 
     #[test]
