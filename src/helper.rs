@@ -424,7 +424,8 @@ mod tests {
         let (ws, mnt) = ("/srv/ws", "/mnt/ws");
         let list = format!(
             "foreground,log_file={},threads={},sender={},max_message_bytes={},harness={},\
-             no_wake,read_only,cache_bytes={},agent={},allow_other,auto_unmount",
+             no_wake,read_only,cache_bytes={},agent={},allow_other,view_modes,\
+             depositors=1001:1002,auto_unmount",
             all.log_file.as_ref().unwrap().display(),
             all.threads,
             all.sender,

@@ -97,6 +97,17 @@ pub struct MountOptions {
     /// (`default_permissions`).
     #[arg(long)]
     pub allow_other: bool,
+    /// Show the view's fixed modes (records 0444, directories 0555, owned by the daemon's
+    /// user) instead of what the workspace grants (each node's own mode masked by the
+    /// view's, and its owner): for a shared setup in which every local user is to read
+    /// the view.
+    #[arg(long)]
+    pub view_modes: bool,
+    /// With --allow-other: users (numeric ids, `:`-separated) who may write messages
+    /// into every inbox though the workspace does not let them; the way there and the
+    /// inboxes show `o+x` and `o+wx` (sticky), and any other user's message is refused.
+    #[arg(long, value_name = "UID[:UID...]", value_delimiter = ':')]
+    pub depositors: Vec<u32>,
     /// Unmount automatically when the daemon dies, however it dies: a sentinel process
     /// (`litanyfs sentinel`) outlives it and detaches the dead mount.
     #[arg(long)]
@@ -140,6 +151,8 @@ impl MountOptions {
             cache_bytes,
             agent,
             allow_other,
+            view_modes,
+            depositors,
             auto_unmount,
         } = self;
         let d = Self::default();
@@ -164,6 +177,14 @@ impl MountOptions {
         );
         a.value("agent", agent.as_ref());
         a.flag("allow_other", *allow_other);
+        a.flag("view_modes", *view_modes);
+        a.value(
+            "depositors",
+            (!depositors.is_empty()).then(|| {
+                let uids: Vec<String> = depositors.iter().map(u32::to_string).collect();
+                uids.join(":")
+            }),
+        );
         a.flag("auto_unmount", *auto_unmount);
         a.0
     }
@@ -619,8 +640,14 @@ fn workspace_tree(
     read_only: bool,
     views: Option<Arc<Views>>,
 ) -> Result<Tree, MountError> {
+    let modes = if opts.view_modes {
+        crate::tree::Modes::fixed()
+    } else {
+        crate::tree::Modes::masked()
+    };
     let mut tree = Tree::new(workspace.clone())
         .map_err(|e| MountError::Daemon(e.to_string()))?
+        .with_modes(modes.with_depositors(&opts.depositors))
         .with_cache_bytes(opts.cache_bytes)
         .with_witness(Witness::new(mnt));
     if let Some(v) = views {
@@ -692,6 +719,11 @@ fn serve(
     handle_signals(mnt.clone());
     raise_fd_limit();
     return_large_allocations();
+    if !opts.depositors.is_empty() && !opts.allow_other {
+        return Err(MountError::Daemon(
+            "--depositors needs --allow-other: no other user reaches the mount without it".into(),
+        ));
+    }
     // The harness is resolved once, here, to the absolute path every wake launches.
     let harness = crate::deposit::find_harness(opts.harness.as_deref());
     if !opts.read_only && !opts.no_wake {
@@ -874,6 +906,8 @@ pub(crate) mod tests {
             cache_bytes: 456,
             agent: Some("20261202T094226Z-0122ccc2".into()),
             allow_other: true,
+            view_modes: true,
+            depositors: vec![1001, 1002],
             auto_unmount: true,
         }
     }

@@ -691,3 +691,215 @@ fn an_agent_named_like_an_option_is_woken_as_an_id_in_a_clean_launch() {
         m.log_text()
     );
 }
+
+/// Sets every directory of `root` (itself included) to `dir` and every file to `file`.
+fn chmod_tree(root: &Path, dir: u32, file: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    for e in std::fs::read_dir(root).unwrap().flatten() {
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            chmod_tree(&e.path(), dir, file);
+        } else if t.is_file() {
+            std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(file)).unwrap();
+        }
+    }
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(dir)).unwrap();
+}
+
+/// `cmd` run by `sh` as user `uid` (and group `uid`), with no supplementary groups.
+fn as_user(uid: u32, cmd: &str) -> std::process::Output {
+    Command::new("setpriv")
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
+            "--clear-groups",
+            "sh",
+            "-c",
+            cmd,
+        ])
+        .output()
+        .unwrap()
+}
+
+/// Lets others reach the mountpoint `m` (the test's temporary directories are private).
+fn reachable(m: &Mounted) {
+    let mut p = m.mnt.parent();
+    while let Some(d) = p {
+        let _ = std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755));
+        p = d.parent().filter(|d| d != &Path::new("/tmp"));
+    }
+}
+
+fn mode_of(p: &Path) -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(p).unwrap();
+    (m.mode() & 0o7777, m.uid())
+}
+
+#[test]
+fn allow_other_shows_no_more_than_a_private_workspace_grants() {
+    let w = workspace();
+    w.f.blob_mark("returned", A, b"done\n").unwrap();
+    chmod_tree(w.f.root(), 0o700, 0o600);
+    let m = Mounted::with_args(w.f.root(), &["--allow-other", "--no-wake"]);
+    reachable(&m);
+    // Each node shows the view's bits masked by what its file (or, for what is derived
+    // from git or the whole workspace, the workspace) grants: its owner's alone.
+    for (path, want) in [
+        (String::new(), 0o500),
+        ("steps".into(), 0o500),
+        (format!("steps/{A}/001"), 0o500),
+        (format!("steps/{A}/001/request.json"), 0o400),
+        (format!("steps/{A}/001/tools/toolu_1/output.json"), 0o400),
+        (format!("steps/{A}/001/tools/toolu_1/stdout"), 0o400),
+        (
+            format!("steps/{A}/001/tools/toolu_1/output.json#stdout@0"),
+            0o400,
+        ),
+        (format!("steps/{A}/transcript.md"), 0o400),
+        (format!("agents/{A}"), 0o500),
+        (format!("agents/{A}/name"), 0o400),
+        (format!("marks/returned/{A}"), 0o400),
+        (format!("inbox/{A}"), 0o700),
+        (format!("inbox/{A}/user-001.md"), 0o400),
+        ("status".into(), 0o400),
+    ] {
+        assert_eq!(mode_of(&m.path(&path)), (want, 0), "{path}");
+    }
+    // Another user reads and writes nothing.
+    for cmd in [
+        format!(
+            "cat '{}'",
+            m.path(&format!("steps/{A}/001/request.json")).display()
+        ),
+        format!("ls '{}'", m.mnt.display()),
+        format!("cat '{}'", m.path("status").display()),
+        format!(
+            "echo hi > '{}'",
+            m.path(&format!("inbox/{A}/note")).display()
+        ),
+    ] {
+        let out = as_user(65534, &cmd);
+        assert!(!out.status.success(), "{cmd}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // The owner still reads and deposits; a draft is its writer's, 0600.
+    assert_eq!(
+        std::fs::read(m.path(&format!("steps/{A}/001/request.json"))).unwrap(),
+        b"a-public"
+    );
+    let draft = m.path(&format!("inbox/{A}/note"));
+    let mut f = std::fs::File::create(&draft).unwrap();
+    std::io::Write::write_all(&mut f, b"from the owner").unwrap();
+    assert_eq!(mode_of(&draft), (0o600, 0));
+    drop(f);
+    assert!(eventually(Duration::from_secs(5), || names(&w.f.inbox(A))
+        .contains("user-002.md")));
+}
+
+#[test]
+fn view_modes_show_the_fixed_modes_for_a_shared_setup() {
+    let w = workspace();
+    chmod_tree(w.f.root(), 0o700, 0o600);
+    let m = Mounted::with_args(w.f.root(), &["--allow-other", "--view-modes", "--no-wake"]);
+    reachable(&m);
+    assert_eq!(mode_of(&m.mnt).0, 0o555);
+    assert_eq!(mode_of(&m.path(&format!("inbox/{A}"))).0, 0o755);
+    let rec = m.path(&format!("steps/{A}/001/request.json"));
+    assert_eq!(mode_of(&rec).0, 0o444);
+    let out = as_user(65534, &format!("cat '{}'", rec.display()));
+    assert_eq!(
+        out.stdout,
+        b"a-public",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_depositor_writes_messages_into_a_private_workspace_and_reads_nothing() {
+    let w = workspace();
+    chmod_tree(w.f.root(), 0o700, 0o600);
+    let m = Mounted::with_args(
+        w.f.root(),
+        &["--allow-other", "--no-wake", "--depositors", "65534:65532"],
+    );
+    reachable(&m);
+    assert_eq!(mode_of(&m.mnt).0, 0o501);
+    assert_eq!(mode_of(&m.path("inbox")).0, 0o501);
+    assert_eq!(mode_of(&m.path(&format!("inbox/{A}"))).0, 0o1703);
+    let note = m.path(&format!("inbox/{A}/note"));
+    // The depositor's draft is its own while written, and its message lands whole.
+    let out = as_user(
+        65534,
+        &format!(
+            "exec 3> '{n}' && printf 'from an agent' >&3 && stat -c '%a %u' '{n}' && exec 3>&-",
+            n = note.display()
+        ),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "600 65534\n");
+    assert!(eventually(Duration::from_secs(5), || names(&w.f.inbox(A))
+        .contains("user-002.md")));
+    let sent = std::fs::read_to_string(w.f.inbox(A).join("user-002.md")).unwrap();
+    assert!(sent.ends_with("\n---\nfrom an agent"), "{sent}");
+    // It reads nothing the workspace does not grant it.
+    let out = as_user(
+        65534,
+        &format!(
+            "cat '{}'",
+            m.path(&format!("inbox/{A}/user-001.md")).display()
+        ),
+    );
+    assert!(!out.status.success());
+    // Nor can another user write to the sent message's name, which stays its writer's.
+    let out = as_user(65533, &format!("echo hi > '{}'", note.display()));
+    assert!(!out.status.success());
+    // A user not named is refused, and the refusal names it.
+    let out = as_user(
+        65533,
+        &format!(
+            "echo hi > '{}'",
+            m.path(&format!("inbox/{A}/other")).display()
+        ),
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        m.log_text().contains("user 65533 may not deposit here"),
+        "{}",
+        m.log_text()
+    );
+    assert!(!names(&w.f.inbox(A)).contains("user-003.md"));
+}
+
+#[test]
+fn depositors_without_allow_other_are_refused_at_mount() {
+    let w = workspace();
+    let dir = tempfile::tempdir().unwrap();
+    let out = common::mount::litanyfs(&[
+        "mount".as_ref(),
+        w.f.root().as_os_str(),
+        dir.path().as_os_str(),
+        "--depositors".as_ref(),
+        "1001".as_ref(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--depositors needs --allow-other"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!is_mounted(dir.path()));
+}

@@ -294,8 +294,9 @@ fn an_fstab_line_mounts_with_its_options_and_umount_unmounts() {
     std::fs::write(
         &fstab,
         format!(
-            "# a comment\n{} {} fuse.litanyfs defaults,agent={A},no_wake,allow_other,nofail,\
-             _netdev,noauto,x-systemd.requires=local-fs.target 0 0\n",
+            "# a comment\n{} {} fuse.litanyfs defaults,agent={A},no_wake,allow_other,\
+             view_modes,depositors=65534,nofail,_netdev,noauto,\
+             x-systemd.requires=local-fs.target 0 0\n",
             ws.display(),
             m.mnt.display()
         ),
@@ -330,6 +331,34 @@ fn an_fstab_line_mounts_with_its_options_and_umount_unmounts() {
         sent.len() == 1 && sent.iter().all(|n| n.starts_with(&format!("{A}-"))),
         "{sent:?}"
     );
+    // The agent, running as a user of its own (the doc's fstab line): it reads its
+    // records and deposits, as that user; the message is its own while written.
+    let mut p = m.mnt.parent();
+    while let Some(d) = p {
+        let _ = std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755));
+        p = d.parent().filter(|d| d != &Path::new("/tmp"));
+    }
+    let agent = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+        ])
+        .arg(format!(
+            "cat steps/{A}/001/request.json && echo 'from the agent' > inbox/{B}/n2"
+        ))
+        .current_dir(&m.mnt)
+        .output()
+        .unwrap();
+    assert!(agent.status.success(), "{}", text(&agent.stderr));
+    assert_eq!(agent.stdout, b"{}");
+    assert!(eventually(Duration::from_secs(5), || names(
+        &ws.join("inbox").join(B)
+    )
+    .len()
+        == 2));
     assert!(
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains("mounted and answering")),
         "no log at {}",

@@ -203,8 +203,8 @@ impl State {
             kind: file_type(a.kind),
             perm: a.perm,
             nlink: a.nlink,
-            uid: self.uid,
-            gid: self.gid,
+            uid: a.owner.map_or(self.uid, |(uid, _)| uid),
+            gid: a.owner.map_or(self.gid, |(_, gid)| gid),
             rdev: 0,
             blksize: 4096,
             flags: 0,
@@ -527,6 +527,7 @@ impl Filesystem for Fs {
                     ctime: SystemTime::UNIX_EPOCH,
                     atime: SystemTime::UNIX_EPOCH,
                     identity: Identity::Virtual(Node::Root),
+                    owner: None,
                 },
             );
             let reader = (ino.0, req.pid());
@@ -773,9 +774,10 @@ impl Filesystem for Fs {
         reply: ReplyCreate,
     ) {
         let by = req.pid();
+        let owner = Some((req.uid(), req.gid()));
         guarded("create", || {
             let made = self.node(parent).and_then(|(p, _)| {
-                let (node, attr) = self.space.create(&p, name)?;
+                let (node, attr) = self.space.create(&p, name, owner)?;
                 let mode = OpenMode::Write {
                     truncate: false,
                     by,

@@ -573,6 +573,7 @@ fn virtual_attr(node: Node, kind: Kind, size: u64, mtime: SystemTime) -> Attr {
         ctime: mtime,
         atime: mtime,
         identity: Identity::Virtual(node),
+        owner: None,
     }
 }
 

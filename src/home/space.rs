@@ -276,10 +276,16 @@ impl Space {
         }
     }
 
-    pub fn create(&self, parent: &Node, name: &OsStr) -> Result<(Node, Attr), TreeError> {
+    /// [`Tree::create_as`]: a draft by user `by`.
+    pub fn create(
+        &self,
+        parent: &Node,
+        name: &OsStr,
+        by: crate::tree::Owner,
+    ) -> Result<(Node, Attr), TreeError> {
         match self.at(parent)? {
             At::Tree { tree, ws, node } => tree
-                .create(node, name)
+                .create_as(node, name, by)
                 .map(|(n, a)| (wrap_node(ws, n), wrap_attr(ws, a)))
                 .map_err(|e| wrap_err(ws, e)),
             At::Home(_) => Err(TreeError::read_only(parent.join(name))),

@@ -215,7 +215,7 @@ fn a_yog_home_keeps_named_world_and_replays_apart() {
     assert!(resolve(&space, "replays/r1/marks").is_ok());
     // Nothing but views and directories at the home level: a write is refused there.
     let (root_node, _) = resolve(&space, "").unwrap();
-    let e = space.create(&root_node, OsStr::new("x")).unwrap_err();
+    let e = space.create(&root_node, OsStr::new("x"), None).unwrap_err();
     assert_eq!(e.errno(), libc::EROFS);
     let (status, attr) = resolve(&space, "status").unwrap();
     let mode = OpenMode::Write {

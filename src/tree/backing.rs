@@ -13,7 +13,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 
 use super::node::{Backed, Place};
-use super::{Attr, Child, Content, ErrorKind, INBOX_DIR_PERM, Identity, Kind, Node, Tree};
+use super::{Attr, Child, Content, ErrorKind, Identity, Kind, Node, Tree};
 use super::{TreeError, system_time};
 use crate::workspace::backing::Stat;
 use crate::workspace::{inbox, steps};
@@ -61,11 +61,14 @@ impl Tree {
         {
             attr.mtime = attr.mtime.max(*at);
         }
+        if attr.kind == Kind::Dir && self.deposits.is_some() && matches!(place, Place::InboxRoot) {
+            attr.perm = self.modes.on_the_way(attr.perm);
+        }
         if attr.kind == Kind::Dir
             && let Place::Inbox { agent: Some(agent) } = place
         {
             if self.deposits.is_some() {
-                attr.perm = INBOX_DIR_PERM;
+                attr.perm = self.modes.inbox(st);
             }
             // Drafts come and go without touching the backing directory.
             if let Some(at) = self.drafts.changed_at(agent) {
@@ -84,10 +87,12 @@ impl Tree {
         } else {
             Kind::File
         };
+        let (perm, owner) = self.modes.backing(kind, st);
         Attr {
             kind,
             size: st.size,
-            perm: kind.perm(),
+            perm,
+            owner,
             nlink: st.nlink.min(u32::MAX as u64) as u32,
             mtime: system_time(st.mtime),
             ctime: system_time(st.ctime),

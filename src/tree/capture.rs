@@ -15,8 +15,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::node::Capture;
-use super::{Child, Content, EAGER_STREAMS_BYTES, ErrorKind, Kind, Node, Tree, TreeError};
-use super::{XATTR_BANNER, XATTR_LENGTH, XATTR_NEXT, system_time};
+use super::{Child, Content, EAGER_STREAMS_BYTES, ErrorKind, Node, Tree, TreeError};
+use super::{XATTR_BANNER, XATTR_LENGTH, XATTR_NEXT};
 use crate::paging::address::OUTPUT_FILE;
 use crate::paging::{Address, CaptureKey, Page, PageError, PageName, RecordPath, Stream};
 use crate::workspace::backing::Stat;
@@ -77,9 +77,7 @@ impl Tree {
                 (self.stream_len(node, &file, key, *stream)?, st)
             }
         };
-        let mut a = self.virtual_attr(node, Kind::File, size, system_time(st.mtime));
-        a.ctime = system_time(st.ctime);
-        Ok(a)
+        Ok(self.derived_attr(node, size, &st))
     }
 
     pub(super) fn capture_open(&self, node: &Node, c: &Capture) -> Result<Content, TreeError> {
@@ -181,9 +179,7 @@ impl Tree {
                     }
                 }
             };
-            let mut attr =
-                self.virtual_attr(&node, Kind::File, len.unwrap_or(0), system_time(st.mtime));
-            attr.ctime = system_time(st.ctime);
+            let attr = self.derived_attr(&node, len.unwrap_or(0), &st);
             let mut child = Child::new(stream.as_str(), node, attr);
             if len.is_none() {
                 child.ttl = super::NO_TTL;

@@ -97,6 +97,8 @@ pub struct DraftState {
     pub atime: SystemTime,
     pub ctime: SystemTime,
     pub perm: u16,
+    /// Who created it, shown as its owner (`None`: the daemon's user).
+    pub owner: super::Owner,
     /// When the last handle on it was released, for the alias grace.
     pub last_used: Instant,
     /// Who has had a hand in it, for the close that decides it.
@@ -129,6 +131,7 @@ impl DraftState {
             atime: now,
             ctime: now,
             perm,
+            owner: None,
             last_used: Instant::now(),
             hands: Hands::default(),
             failed: None,

@@ -43,6 +43,9 @@ pub enum ErrorKind {
     Immutable,
     /// A name that is taken. EEXIST.
     Exists,
+    /// A message by a user `--depositors` does not name, let past the kernel by the
+    /// `o+w` those depositors need. EACCES.
+    NotDepositor(u32),
     /// Too many messages are being written at once, or they hold too much. ENOSPC.
     NoSpace,
     /// Too many files open through the mount. ENFILE.
@@ -110,6 +113,7 @@ impl TreeError {
             ErrorKind::ReadOnly => libc::EROFS,
             ErrorKind::Immutable => libc::EPERM,
             ErrorKind::Exists => libc::EEXIST,
+            ErrorKind::NotDepositor(_) => libc::EACCES,
             ErrorKind::NoSpace => libc::ENOSPC,
             ErrorKind::TooManyOpen => libc::ENFILE,
             ErrorKind::Ambiguous { .. } => libc::ENOTUNIQ,
@@ -156,6 +160,10 @@ impl std::fmt::Display for TreeError {
                 "{p}: a deposited message is immutable; to add something, deposit another"
             ),
             ErrorKind::Exists => write!(f, "{p}: exists"),
+            ErrorKind::NotDepositor(uid) => write!(
+                f,
+                "{p}: user {uid} may not deposit here (not one of --depositors)"
+            ),
             ErrorKind::NoSpace => write!(
                 f,
                 "{p}: too many messages being written at once (at most {} of them, holding \
@@ -199,6 +207,7 @@ mod tests {
             (ErrorKind::CrossDevice, libc::EXDEV),
             (ErrorKind::ReadOnly, libc::EROFS),
             (ErrorKind::Immutable, libc::EPERM),
+            (ErrorKind::NotDepositor(7), libc::EACCES),
             (ErrorKind::TooManyOpen, libc::ENFILE),
             (
                 ErrorKind::Ambiguous {

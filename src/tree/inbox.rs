@@ -92,12 +92,18 @@ impl Tree {
         Ok(Attr {
             kind: Kind::File,
             size: st.buf().len() as u64,
-            perm: if st.closed() { FILE_PERM } else { st.perm },
+            // A sent message's alias stays its writer's, read-only.
+            perm: if st.closed() {
+                st.perm & FILE_PERM
+            } else {
+                st.perm
+            },
             nlink: 1,
             mtime: st.mtime,
             ctime: st.ctime,
             atime: st.atime,
             identity: Identity::Draft(d.id),
+            owner: st.owner,
         })
     }
 
@@ -161,8 +167,25 @@ impl Tree {
     /// Creates a draft `name` in inbox directory `parent`: a message to be deposited when
     /// its writer closes it (or private scratch, for a dot-prefixed name).
     pub fn create(&self, parent: &Node, name: &OsStr) -> Result<(Node, Attr), TreeError> {
+        self.create_as(parent, name, None)
+    }
+
+    /// [`Tree::create`] by user `by` (uid, gid), who owns the draft; refused (`EACCES`)
+    /// to a user `--depositors` did not name ([`super::Modes::may_deposit`]).
+    pub fn create_as(
+        &self,
+        parent: &Node,
+        name: &OsStr,
+        by: super::Owner,
+    ) -> Result<(Node, Attr), TreeError> {
         let (deposits, agent) = self.deposits_for(parent, name)?;
         let path = parent.join(name);
+        if let (Some((uid, _)), Node::Backing(b)) = (by, parent) {
+            let owner = self.backing.lstat(&b.rel()).map_or(u32::MAX, |st| st.uid);
+            if !self.modes.may_deposit(uid, owner) {
+                return Err(TreeError::new(path, ErrorKind::NotDepositor(uid)));
+            }
+        }
         if !super::is_single_name(name) {
             return Err(TreeError::new(path, ErrorKind::BadName));
         }
@@ -187,6 +210,7 @@ impl Tree {
                 DraftError::Exists => TreeError::new(path.clone(), ErrorKind::Exists),
                 DraftError::Full => TreeError::new(path.clone(), ErrorKind::NoSpace),
             })?;
+        d.state.lock().owner = by;
         let node = Node::draft(DraftNode {
             agent: agent.to_string(),
             id: d.id,

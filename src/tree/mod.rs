@@ -27,11 +27,13 @@ pub mod drafts;
 mod error;
 mod git;
 mod inbox;
+pub mod modes;
 mod node;
 mod records;
 mod views;
 
 pub use error::{ErrorKind, TreeError};
+pub use modes::{Modes, Owner};
 pub use node::{
     Backed, Capture, DraftNode, GitNode, HomeNode, Node, Place, RecordView, TOP_LEVEL, ViewFile,
 };
@@ -134,6 +136,8 @@ pub struct Attr {
     pub ctime: SystemTime,
     pub atime: SystemTime,
     pub identity: Identity,
+    /// Who it shows as owner and group; `None` for the daemon's user ([`modes`]).
+    pub owner: Owner,
 }
 
 /// How long the kernel may trust a name or attributes under a watched backing directory:
@@ -268,6 +272,8 @@ pub struct Tree {
     /// time): a holder that is closing may be an exec closing what it inherited (see
     /// `inbox.rs`).
     closing: Mutex<crate::FastSet<u32>>,
+    /// What modes and owners nodes show, and who may deposit ([`modes`]).
+    modes: Modes,
 }
 
 /// A `close(2)` of a draft, as FUSE reports it: the closing thread and the draft's inode
@@ -311,7 +317,31 @@ impl Tree {
             agents_changed: Mutex::new(Default::default()),
             witness: None,
             closing: Mutex::new(Default::default()),
-        })
+            modes: Modes::default(),
+        }
+        .learning_workspace())
+    }
+
+    /// Shows modes and owners, and lets users deposit, as `modes` says.
+    pub fn with_modes(mut self, modes: Modes) -> Self {
+        self.modes = modes;
+        self.learning_workspace()
+    }
+
+    fn learning_workspace(self) -> Self {
+        if let Ok(root) = self.backing.lstat(Path::new("")) {
+            self.learn_workspace(&root);
+        }
+        self
+    }
+
+    /// Takes what the workspace grants from its root's `stat` (and `repo.git`'s).
+    fn learn_workspace(&self, root: &crate::workspace::backing::Stat) {
+        let repo = self
+            .backing
+            .lstat(Path::new(crate::workspace::REPO_DIR))
+            .ok();
+        self.modes.learn_workspace(root, repo.as_ref());
     }
 
     /// Watches what is answered, so that answers may be kept long and every change
@@ -427,17 +457,29 @@ impl Tree {
         Ok(snap)
     }
 
+    /// The attributes of a node derived from git or the whole workspace.
     fn virtual_attr(&self, node: &Node, kind: Kind, size: u64, mtime: SystemTime) -> Attr {
+        let (perm, owner) = self.modes.derived(kind);
         Attr {
             kind,
             size,
-            perm: kind.perm(),
+            perm,
             nlink: if kind == Kind::Dir { 2 } else { 1 },
             mtime,
             ctime: mtime,
             atime: mtime,
             identity: Identity::Virtual(node.clone()),
+            owner,
         }
+    }
+
+    /// The attributes of a file derived from one backing record (`st`): its times, and
+    /// no more than the record grants.
+    fn derived_attr(&self, node: &Node, size: u64, st: &crate::workspace::backing::Stat) -> Attr {
+        let mut a = self.virtual_attr(node, Kind::File, size, system_time(st.mtime));
+        a.ctime = system_time(st.ctime);
+        (a.perm, a.owner) = self.modes.backing(Kind::File, st);
+        a
     }
 
     /// The attributes of `node` as it is now; `NotFound` when it no longer exists.
@@ -458,12 +500,16 @@ impl Tree {
     /// A directory's mtime changes whenever its listing does: the kernel keeps listings
     /// cached and drops one when it sees a new mtime.
     fn root_attr(&self) -> Attr {
-        let mtime = self
-            .backing
-            .lstat(Path::new(""))
-            .map(|st| system_time(st.mtime))
-            .unwrap_or(self.born);
-        self.virtual_attr(&Node::Root, Kind::Dir, 0, mtime)
+        let root = self.backing.lstat(Path::new(""));
+        if let Ok(st) = &root {
+            self.learn_workspace(st);
+        }
+        let mtime = root.map(|st| system_time(st.mtime)).unwrap_or(self.born);
+        let mut a = self.virtual_attr(&Node::Root, Kind::Dir, 0, mtime);
+        if self.deposits.is_some() {
+            a.perm = self.modes.on_the_way(a.perm);
+        }
+        a
     }
 
     /// Resolves `name` in directory `parent`. Both directories are watched before the

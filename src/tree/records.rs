@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 
 use super::node::{Backed, Place, RecordView};
 use super::{Attr, Child, Content, EAGER_STREAMS_BYTES, ErrorKind, Kind, NO_TTL, Node, Tree};
-use super::{TreeError, WATCHED_TTL, kept_while, system_time};
+use super::{TreeError, WATCHED_TTL, kept_while};
 use crate::paging::CaptureKey;
 use crate::workspace::STEPS_DIR;
 use crate::workspace::backing::Stat;
@@ -239,9 +239,7 @@ impl Tree {
 
     fn response_attr(&self, node: &Node, r: &Response) -> Result<Attr, TreeError> {
         let len = self.response_len(node, r)?;
-        let mut a = self.virtual_attr(node, Kind::File, len, system_time(r.st.mtime));
-        a.ctime = system_time(r.st.ctime);
-        Ok(a)
+        Ok(self.derived_attr(node, len, &r.st))
     }
 
     /// How long the kernel may keep a record view's name and attributes: a response that
@@ -377,6 +375,8 @@ impl Tree {
                 let listed = if json.size > EAGER_STREAMS_BYTES {
                     let mut attr = self.virtual_attr(&node, Kind::File, 0, json.mtime);
                     attr.ctime = json.ctime;
+                    // No more than `response.json` itself grants.
+                    (attr.perm, attr.owner) = (json.perm, json.owner);
                     Ok((attr, NO_TTL))
                 } else {
                     self.response(&node, agent, step, Some(Listed { dir: listed, done }))
