@@ -25,6 +25,10 @@
 //!   thread and waits for them to finish exiting, before it takes the lock).
 //!
 //! `lstat` of a `/proc/<pid>/fd/<n>` link (its own mode, never its target) is safe too.
+//! So is `/proc/<tid>/stat` of the thread a write comes from, for its start time
+//! ([`Witness::start_time`]): no thread of its group can hold the lock while it waits
+//! for the answer, since an exec first waits for every other thread to exit; and of a
+//! thread of an exiting closer's group, by the argument above.
 //!
 //! A descriptor is recognised by the mount id and inode number its fdinfo shows, so
 //! holders on another filesystem never count; any writable descriptor on the draft's
@@ -53,11 +57,13 @@ pub struct Task {
     pub exit: Option<Exiting>,
 }
 
-/// An exiting task: its thread group and how it ends.
+/// An exiting task: its thread group, how it ends, and when it started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Exiting {
     pub tgid: u32,
     pub how: Exit,
+    /// Its start time ([`Witness::start_time`]), read with its exit code.
+    pub start: Option<u64>,
 }
 
 /// A process found holding a file.
@@ -156,16 +162,29 @@ impl Witness {
             return Some(Task { tid, exit: None });
         }
         // Exiting (see the module doc for why reading stat cannot block here).
-        let code = read_small(&dir.join("stat"))
-            .and_then(|s| exit_code(&s))
-            .unwrap_or(0);
+        let stat = read_small(&dir.join("stat"));
+        let code = stat.as_deref().and_then(exit_code).unwrap_or(0);
         Some(Task {
             tid,
             exit: Some(Exiting {
                 tgid: self.tgid(tid),
                 how: Exit::from_code(code),
+                start: stat.as_deref().and_then(start_time),
             }),
         })
+    }
+
+    /// When task `tid` started (`/proc/<tid>/stat` field 22, clock ticks after boot):
+    /// with its id, what names one task for good, where an id alone is reused once its
+    /// task is gone. `None` when it is gone or unreadable.
+    ///
+    /// Reading `stat` can wait for an exec of the task's group (module doc), so this is
+    /// only for a task none of whose group can be in one: the thread a request being
+    /// served comes from (an exec first waits for every other thread of its group to
+    /// exit, and that thread cannot before it is answered), or a thread of the group of
+    /// an exiting closer being served (the same argument as for its exit code).
+    pub fn start_time(&self, tid: u32) -> Option<u64> {
+        start_time(&read_small(&self.proc.join(tid.to_string()).join("stat"))?)
     }
 
     /// The processes among `candidates` (process or thread ids: `/proc` shows a thread's
@@ -326,16 +345,31 @@ fn cstring(path: &Path) -> Option<CString> {
     CString::new(path.as_os_str().as_bytes()).ok()
 }
 
-/// The exit code of a `/proc/<tid>/stat` line: its 52nd field, counted after the command
-/// name (which may hold spaces and parentheses, so the count starts at the last `)`).
-fn exit_code(stat: &[u8]) -> Option<i32> {
+/// Field `n` (counted from 1, as proc(5) does) of a `/proc/<tid>/stat` line, from the
+/// 3rd on: counted after the command name, which may hold spaces and parentheses, so
+/// the count starts at the last `)`.
+fn stat_field(stat: &[u8], n: usize) -> Option<&[u8]> {
     let close = stat.iter().rposition(|&b| b == b')')?;
-    let mut fields = stat[close + 1..]
+    stat[close + 1..]
         .split(|b| b.is_ascii_whitespace())
-        .filter(|f| !f.is_empty());
-    // Fields from the state (3rd) on: the exit code is the 52nd.
-    let code = fields.nth(52 - 3)?;
-    std::str::from_utf8(code).ok()?.parse().ok()
+        .filter(|f| !f.is_empty())
+        .nth(n.checked_sub(3)?)
+}
+
+/// The exit code of a `/proc/<tid>/stat` line: its 52nd field.
+fn exit_code(stat: &[u8]) -> Option<i32> {
+    std::str::from_utf8(stat_field(stat, 52)?)
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// The start time of a `/proc/<tid>/stat` line: its 22nd field.
+fn start_time(stat: &[u8]) -> Option<u64> {
+    std::str::from_utf8(stat_field(stat, 22)?)
+        .ok()?
+        .parse()
+        .ok()
 }
 
 /// The mount id of the mount at `mountpoint` in a `mountinfo` text: the last mount
@@ -478,6 +512,31 @@ pub(crate) mod fake {
         )?;
         Ok(())
     }
+
+    /// Sets when task `tid` started (its `stat` field 22; [`process`] writes 22).
+    pub fn started(proc: &Path, tid: u32, start: u64) -> io::Result<()> {
+        let path = proc.join(tid.to_string()).join("stat");
+        let stat = fs::read_to_string(&path)?;
+        let close = stat.rfind(')').unwrap_or(0);
+        let (head, tail) = stat.split_at(close + 1);
+        let mut fields: Vec<String> = tail.split_whitespace().map(String::from).collect();
+        if let Some(f) = fields.get_mut(22 - 3) {
+            *f = start.to_string();
+        }
+        fs::write(path, format!("{head} {}\n", fields.join(" ")))
+    }
+
+    /// Makes `tid` a thread of process `tgid` (its `status` says so), started at `start`,
+    /// with an address space: an id reused by another process's thread.
+    pub fn thread(proc: &Path, tid: u32, tgid: u32, start: u64) -> io::Result<()> {
+        process(proc, tid, None, &[], &[])?;
+        let dir = proc.join(tid.to_string());
+        fs::write(
+            dir.join("status"),
+            format!("Name:\tx\nTgid:\t{tgid}\nPid:\t{tid}\nVmSize:\t  1000 kB\n"),
+        )?;
+        started(proc, tid, start)
+    }
 }
 
 #[cfg(test)]
@@ -538,6 +597,11 @@ mod tests {
         assert_eq!(w.tgid(99), 99, "a gone thread is its own group");
         let how = |t: u32| w.task(t).unwrap().exit.map(|e| (e.tgid, e.how));
         assert_eq!(how(11), Some((11, Exit::Signal(15))));
+        assert_eq!(w.task(11).unwrap().exit.unwrap().start, Some(22));
+        fake::started(dir.path(), 10, 12_345).unwrap();
+        assert_eq!(w.start_time(10), Some(12_345));
+        assert_eq!(w.task(10).unwrap().exit, None, "still running");
+        assert_eq!(w.start_time(99), None, "a gone task");
         assert_eq!(how(12), Some((12, Exit::Status(1))));
         assert_eq!(w.task(13), None, "a gone task");
     }
@@ -619,7 +683,9 @@ mod tests {
             line.extend(format!(" {}", if i == 52 { 137 } else { i }).bytes());
         }
         assert_eq!(exit_code(&line), Some(137));
+        assert_eq!(start_time(&line), Some(22));
         assert_eq!(exit_code(b"7 (x) S 1 2"), None);
+        assert_eq!(start_time(b"7 (x) S 1 2"), None);
     }
 
     #[test]

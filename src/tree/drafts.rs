@@ -356,16 +356,38 @@ impl Drop for DraftState {
 /// Each is bounded by [`witness::MAX_PROCESSES`]: a close looks at no more than that.
 #[derive(Debug, Clone, Default)]
 pub struct Hands {
-    /// Threads that wrote to it.
-    pub writers: Vec<u32>,
+    /// Threads that wrote to it, each with its start time.
+    pub writers: Vec<Writer>,
     /// Tasks known to hold it, or to have held it: its opener, its closers, and the
     /// holders a close found. A close looks at these and their descendants.
     pub holders: Vec<u32>,
 }
 
+/// A thread that wrote to a message: its id, and when it started if that could be read.
+/// The pair names one task for good; the id alone is reused once the task is gone, and
+/// would let a later task (a killed reader) pass for the writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Writer {
+    pub tid: u32,
+    pub start: Option<u64>,
+}
+
+impl Writer {
+    /// Whether the task that answers to this id now, started at `now`, is this writer.
+    /// When either start time is unknown, the id decides, as it did before they were
+    /// read.
+    pub fn is(&self, now: Option<u64>) -> bool {
+        match (self.start, now) {
+            (Some(then), Some(now)) => then == now,
+            _ => true,
+        }
+    }
+}
+
 impl Hands {
-    pub fn wrote(&mut self, tid: u32) {
-        push_bounded(&mut self.writers, tid);
+    /// Thread `tid`, started at `start`, wrote to it.
+    pub fn wrote(&mut self, tid: u32, start: Option<u64>) {
+        push_bounded(&mut self.writers, Writer { tid, start });
     }
 
     pub fn held(&mut self, tid: u32) {
@@ -412,6 +434,7 @@ pub fn killed(closer: Option<&Task>, writer_groups: &[u32]) -> Option<(u32, i32)
         Exiting {
             tgid,
             how: Exit::Signal(signal),
+            ..
         } if writer_groups.contains(&tgid) => Some((tgid, signal)),
         _ => None,
     }

@@ -289,11 +289,14 @@ impl Tree {
     ) -> Result<usize, TreeError> {
         let d = self.draft_of(node)?;
         let text = !d.is_private();
+        // Read before the draft is locked (the witness reads `/proc`): safe, as `tid` is
+        // waiting for this very write (see `Witness::start_time`).
+        let start = self.witness.as_ref().and_then(|w| w.start_time(tid));
         let mut st = d.state.lock();
         if st.closed() {
             return Err(TreeError::new(node.path(), ErrorKind::Immutable));
         }
-        st.hands.wrote(tid);
+        st.hands.wrote(tid, start);
         st.hands.held(tid);
         let end = offset.saturating_add(data.len() as u64);
         if let Err(e) = self.check_len(node, end) {
@@ -340,11 +343,21 @@ impl Tree {
                 // Looked at without the draft locked: the witness reads `/proc`.
                 let task = self.witness.as_ref().and_then(|w| w.task(closer.tid));
                 let exiting = task.and_then(|t| t.exit);
-                // Which processes wrote matters only when the closer was killed.
+                // Which processes wrote matters only when the closer was killed, and then
+                // only whether the closer's is one: a writer counts as of the closer's
+                // group only if the thread that answers to its id there is the one that
+                // wrote (same start time), not a later one given a dead writer's id.
                 let writer_groups: Vec<u32> = match (exiting, &self.witness) {
                     (Some(e), Some(w)) if matches!(e.how, Exit::Signal(_)) => writers
                         .iter()
-                        .map(|&t| if t == closer.tid { e.tgid } else { w.tgid(t) })
+                        .filter_map(|wr| {
+                            if wr.tid == closer.tid {
+                                return wr.is(e.start).then_some(e.tgid);
+                            }
+                            let group = w.tgid(wr.tid);
+                            // Safe to read: a thread of the exiting closer's group.
+                            (group != e.tgid || wr.is(w.start_time(wr.tid))).then_some(group)
+                        })
                         .collect(),
                     _ => Vec::new(),
                 };

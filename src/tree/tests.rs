@@ -789,6 +789,47 @@ fn a_killed_writer_drops_the_message_and_a_killed_bystander_does_not() {
     assert_eq!(sent(&f), ["again", "whole"]);
 }
 
+/// A writer's thread id, once its task is gone, may be given to a thread of another
+/// process: that process, killed holding the message, is not the writer (its start
+/// time says so), and the message is sent, not dropped.
+#[test]
+fn a_reused_thread_id_does_not_make_a_killed_holder_the_writer() {
+    use crate::witness::fake;
+    let (_t, f, tree, proc) = deposit_setup();
+    // 80 writes; its child 81 holds the file too and never writes.
+    fake::process(&proc, 80, None, &[(3, WR, MOUNT, INO)], &[81]).unwrap();
+    fake::started(&proc, 80, 1000).unwrap();
+    fake::process(&proc, 81, None, &[(3, WR, MOUNT, INO)], &[]).unwrap();
+    let (node, _) = draft(&tree, "whole", 80);
+    tree.write(&node, 0, b"the whole message", 80).unwrap();
+    // 80 exits normally: 81 still holds it, so nothing yet.
+    fake::process(&proc, 80, Some(0), &[(3, WR, MOUNT, INO)], &[81]).unwrap();
+    fake::started(&proc, 80, 1000).unwrap();
+    close(&tree, &node, 80).unwrap();
+    assert!(sent(&f).is_empty());
+    // Id 80 is reused by a thread of 81, started later; then 81 is killed holding it.
+    fake::thread(&proc, 80, 81, 2000).unwrap();
+    fake::process(&proc, 81, Some(libc::SIGKILL), &[(3, WR, MOUNT, INO)], &[]).unwrap();
+    close(&tree, &node, 81).unwrap();
+    assert_eq!(
+        sent(&f),
+        ["the whole message"],
+        "a dead writer's id made 81 a writer"
+    );
+    // The same, with the thread the writer's very own: the writer killed drops it.
+    fake::process(&proc, 90, None, &[(3, WR, MOUNT, INO)], &[91]).unwrap();
+    fake::thread(&proc, 91, 90, 500).unwrap();
+    let (node, _) = draft(&tree, "half", 90);
+    tree.write(&node, 0, b"half a mess", 91).unwrap();
+    fake::process(&proc, 90, Some(libc::SIGKILL), &[(3, WR, MOUNT, INO)], &[]).unwrap();
+    close(&tree, &node, 90).unwrap();
+    assert_eq!(
+        sent(&f),
+        ["the whole message"],
+        "a killed writer's message was sent"
+    );
+}
+
 #[test]
 fn a_cut_message_goes_unsent_at_its_last_close_with_the_refusal() {
     use crate::witness::fake;

@@ -264,8 +264,28 @@ fn messages_being_written_hold_a_bounded_number_of_bytes() {
 fn task(tgid: u32, how: Option<Exit>) -> Task {
     Task {
         tid: tgid + 1000,
-        exit: how.map(|how| Exiting { tgid, how }),
+        exit: how.map(|how| Exiting {
+            tgid,
+            how,
+            start: None,
+        }),
     }
+}
+
+#[test]
+fn a_writer_is_its_id_and_start_time() {
+    let w = Writer {
+        tid: 80,
+        start: Some(1000),
+    };
+    assert!(w.is(Some(1000)));
+    assert!(!w.is(Some(2000)), "the id reused by a later task");
+    assert!(w.is(None), "unknown now: the id decides");
+    let unknown = Writer {
+        tid: 80,
+        start: None,
+    };
+    assert!(unknown.is(Some(2000)));
 }
 
 #[test]
@@ -297,7 +317,8 @@ fn hands_stay_bounded() {
     for i in 0..(witness::MAX_PROCESSES as u32 + 10) {
         h.held(i);
         h.held(i);
-        h.wrote(i);
+        h.wrote(i, Some(7));
+        h.wrote(i, Some(7));
     }
     assert_eq!(h.holders.len(), witness::MAX_PROCESSES);
     assert_eq!(h.writers.len(), witness::MAX_PROCESSES);
