@@ -903,3 +903,116 @@ fn depositors_without_allow_other_are_refused_at_mount() {
     );
     assert!(!is_mounted(dir.path()));
 }
+
+/// Adds file `name` of `len` bytes to agent `id`'s tree, written to git a MiB at a time.
+fn add_big_blob(f: &Fixture, id: &str, name: &str, len: usize) {
+    let repo = f.repo();
+    let odb = repo.odb().unwrap();
+    let mut w = odb.writer(len, git2::ObjectType::Blob).unwrap();
+    let chunk: Vec<u8> = (0..1 << 20).map(|i| b'a' + (i % 23) as u8).collect();
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(chunk.len());
+        std::io::Write::write_all(&mut w, &chunk[..n]).unwrap();
+        left -= n;
+    }
+    let oid = w.finalize().unwrap();
+    let tip = repo.find_commit(f.agent_tip(id).unwrap()).unwrap();
+    let mut tb = repo.treebuilder(Some(&tip.tree().unwrap())).unwrap();
+    tb.insert(name, oid, 0o100644).unwrap();
+    let tree = tb.write().unwrap();
+    f.commit(&litanyfs::workspace::refs::agent_ref(id), tree, "big")
+        .unwrap();
+}
+
+#[test]
+fn huge_git_and_record_content_is_bounded_and_stalls_nothing_else() {
+    let w = workspace();
+    add_big_blob(&w.f, A, "huge.bin", 500 << 20);
+    add_big_blob(&w.f, A, "mid.bin", 30 << 20);
+    w.f.blob_mark("returned", B, b"done\n").unwrap();
+    // A response.json with a 50 MB line among ordinary ones.
+    let mut response = b"{\"type\":\"message_start\",\"message\":{\"id\":\"m\"}}\n".to_vec();
+    response.extend(b"{\"junk\":\"");
+    response.extend(std::iter::repeat_n(b'y', 50 << 20));
+    response.extend(b"\"}\n{\"type\":\"message_stop\"}\n");
+    w.f.step(A, 2, &[("response.json", &response)]).unwrap();
+    drop(response);
+    let m = Mounted::with_args(w.f.root(), &["--no-wake"]);
+    let pid = m.daemon_pid().unwrap();
+    let peak = || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let at_start = peak();
+    // The 50 MB line shows as a line naming it, and the rest of the record renders;
+    // the line was never held (holding it takes a 64 MiB buffer).
+    let md = std::fs::read_to_string(m.path(&format!("steps/{A}/002/response.md"))).unwrap();
+    assert!(
+        md.contains("bytes, longer than the 8 MiB a line is read; not shown"),
+        "{md}"
+    );
+    let after_line = peak();
+    let huge = m.path(&format!("agents/{A}/huge.bin"));
+    assert_eq!(std::fs::metadata(&huge).unwrap().len(), 500 << 20);
+    // Past the bound: refused at open, read from nowhere, said in the log.
+    let e = std::fs::File::open(&huge).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EFBIG), "{e}");
+    assert!(
+        m.log_text()
+            .contains("more than the 32 MiB the view reads whole")
+    );
+    // Under it: read whole, and while it and the huge one are asked for over and over,
+    // the other views answer.
+    let mid = m.path(&format!("agents/{A}/mid.bin"));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let busy: Vec<_> = [huge.clone(), mid.clone()]
+        .into_iter()
+        .map(|p| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Ok(bytes) = std::fs::read(&p) {
+                        assert_eq!(bytes.len(), 30 << 20);
+                    }
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    for _ in 0..20 {
+        assert!(
+            std::fs::read_to_string(m.path("status"))
+                .unwrap()
+                .contains(A)
+        );
+        assert_eq!(
+            names(&m.path("marks/returned")),
+            BTreeSet::from([B.to_string()])
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in busy {
+        assert!(t.join().unwrap() > 0);
+    }
+    let at_end = peak();
+    eprintln!(
+        "daemon peak RSS: {at_start} KiB, {after_line} KiB after the long line, {at_end} KiB at the end"
+    );
+    assert!(
+        after_line < at_start + 40 * 1024,
+        "the long line was held: peak RSS {at_start} -> {after_line} KiB"
+    );
+    // The 30 MB blob read whole (git's copy and ours) and never the 500 MB one.
+    assert!(
+        at_end < at_start + 150 * 1024,
+        "peak RSS {at_start} -> {at_end} KiB"
+    );
+}

@@ -269,6 +269,18 @@ pub(super) fn unparsed(out: &mut Vec<u8>, depth: usize, line: u64, reason: &str,
     );
 }
 
+/// `## line <n>: <len> bytes, longer than the <max> MiB a line is read; not shown`.
+pub(super) fn too_long(out: &mut Vec<u8>, depth: usize, line: u64, len: u64, max: usize) {
+    header(
+        out,
+        depth,
+        &format!(
+            "line {line}: {len} bytes, longer than the {} MiB a line is read; not shown",
+            max >> 20
+        ),
+    );
+}
+
 /// `## line <n>: <what> outside a matching block, ignored`.
 pub(super) fn ignored(out: &mut Vec<u8>, depth: usize, line: u64, what: &str) {
     header(

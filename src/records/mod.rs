@@ -116,6 +116,7 @@ use crate::lru::ByteLru;
 use crate::paging::CaptureKey;
 use crate::workspace::refs::{GitError, Refs};
 use response::Rendering;
+pub use transcript::MAX_TRANSCRIPT_BYTES;
 use transcript::Transcript;
 
 /// Rendered bytes between two checkpoints of a `response.md` not held whole. A read

@@ -10,6 +10,12 @@
 //! A rendering remembers its entries (name and blob). A new tip whose first-parent line
 //! reaches a rendered tip, and whose entries begin with that tip's entries, is rendered
 //! as that rendering plus its new entries; anything else is rendered afresh.
+//!
+//! Bounded: a rendering holds at most [`MAX_TRANSCRIPT_BYTES`]. Past it the oldest
+//! entries are left out, and a line at the top says how many; an entry whose blob is
+//! larger than git content is read whole ([`MAX_BLOB_BYTES`]), or whose rendering alone
+//! would pass the bound, shows as a line naming its size. Entries are timed from at most
+//! [`MAX_HISTORY_COMMITS`](crate::workspace::refs::MAX_HISTORY_COMMITS) commits.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,7 +24,7 @@ use git2::Oid;
 use serde_json::Value;
 
 use super::format::{self, Prose, Usage};
-use crate::workspace::refs::{GitEntry, GitError, Refs};
+use crate::workspace::refs::{GitEntry, GitError, MAX_BLOB_BYTES, Refs};
 
 // A delivered message keeps its deposit's extension; every other entry is JSON.
 use crate::workspace::inbox::MESSAGE_EXT;
@@ -30,12 +36,17 @@ const DELIMITER: &str = "---\n";
 /// Depth of a block header in `transcript.md`: one below its entry.
 const BLOCK: usize = 3;
 
+/// The most bytes one rendered `transcript.md` holds (module docs).
+pub const MAX_TRANSCRIPT_BYTES: usize = 16 << 20;
+
 /// A rendered transcript and the entries it shows.
 #[derive(Debug)]
 pub(super) struct Transcript {
     pub(super) bytes: Arc<Vec<u8>>,
     /// (file name, blob), in the order rendered.
     entries: Vec<(String, Oid)>,
+    /// How many of the oldest entries were left out to keep within the bound.
+    omitted: usize,
 }
 
 impl Transcript {
@@ -61,35 +72,108 @@ impl Transcript {
         let (log, reached) = refs.first_parent_log(tip, &mut |id| cached.contains_key(&id))?;
         if let Some(base_tip) = reached
             && let Some(base) = cached.get(&base_tip)
+            && base.omitted == 0
             && entries.starts_with(&base.entries)
         {
             let times = times(&log);
-            let mut bytes = Vec::with_capacity(base.bytes.len() + 4096);
-            bytes.extend_from_slice(&base.bytes);
+            let mut added = Vec::new();
             for (name, oid) in &entries[base.entries.len()..] {
-                entry(refs, name, *oid, &times, &mut bytes)?;
+                added.push(bounded_entry(refs, name, *oid, &times)?);
             }
-            let bytes = Arc::new(bytes);
-            return Ok((Transcript { bytes, entries }, Some(base_tip)));
+            let len = base.bytes.len() + added.iter().map(Vec::len).sum::<usize>();
+            if len <= MAX_TRANSCRIPT_BYTES {
+                let mut bytes = Vec::with_capacity(len);
+                bytes.extend_from_slice(&base.bytes);
+                added.iter().for_each(|e| bytes.extend_from_slice(e));
+                let t = Transcript {
+                    bytes: Arc::new(bytes),
+                    entries,
+                    omitted: 0,
+                };
+                return Ok((t, Some(base_tip)));
+            }
         }
         let log = if reached.is_some() {
             refs.first_parent_log(tip, &mut |_| false)?.0
         } else {
             log
         };
-        let times = times(&log);
-        let mut bytes = Vec::new();
-        for (name, oid) in &entries {
-            entry(refs, name, *oid, &times, &mut bytes)?;
-        }
-        Ok((
-            Transcript {
-                bytes: Arc::new(bytes),
-                entries,
-            },
-            None,
-        ))
+        Ok((afresh(refs, entries, &times(&log))?, None))
     }
+}
+
+/// The transcript of `entries` rendered from nothing: the newest entries that fit in
+/// [`MAX_TRANSCRIPT_BYTES`], after a line saying how many older ones were left out.
+fn afresh(
+    refs: &Refs,
+    entries: Vec<(String, Oid)>,
+    times: &HashMap<String, String>,
+) -> Result<Transcript, GitError> {
+    let mut kept: Vec<Vec<u8>> = Vec::new();
+    let mut len = 0;
+    for (name, oid) in entries.iter().rev() {
+        let rendered = bounded_entry(refs, name, *oid, times)?;
+        if len + rendered.len() > MAX_TRANSCRIPT_BYTES {
+            break;
+        }
+        len += rendered.len();
+        kept.push(rendered);
+    }
+    let omitted = entries.len() - kept.len();
+    let mut bytes = Vec::with_capacity(len + 256);
+    if omitted > 0 {
+        format::named(
+            &mut bytes,
+            2,
+            &format!(
+                "{omitted} earlier entries left out: the transcript shows its last {} MiB \
+                 (every entry is in {MESSAGES_DIR}/ at the branch tip)",
+                MAX_TRANSCRIPT_BYTES >> 20
+            ),
+        );
+    }
+    kept.iter().rev().for_each(|e| bytes.extend_from_slice(e));
+    Ok(Transcript {
+        bytes: Arc::new(bytes),
+        entries,
+        omitted,
+    })
+}
+
+/// Entry `name` (blob `oid`) rendered on its own, or, when its blob is too large to read
+/// whole or its rendering would pass [`MAX_TRANSCRIPT_BYTES`] alone, a line naming it.
+fn bounded_entry(
+    refs: &Refs,
+    name: &str,
+    oid: Oid,
+    times: &HashMap<String, String>,
+) -> Result<Vec<u8>, GitError> {
+    let (_, size) = refs.header(oid)?;
+    let mut out = Vec::new();
+    if size <= MAX_BLOB_BYTES {
+        entry(refs, name, oid, times, &mut out)?;
+        if out.len() <= MAX_TRANSCRIPT_BYTES {
+            return Ok(out);
+        }
+        out.clear();
+    }
+    let (number, rest) = name.split_once('-').unwrap_or((name, ""));
+    let origin = rest.rsplit_once('.').map_or(rest, |(o, _)| o);
+    format::entry(
+        &mut out,
+        number,
+        origin,
+        times.get(number).map(String::as_str),
+        &[],
+    );
+    format::named(
+        &mut out,
+        BLOCK,
+        &format!(
+            "entry of {size} bytes, too large to show here: {MESSAGES_DIR}/{name} at the branch tip"
+        ),
+    );
+    Ok(out)
 }
 
 /// litany's `seq_of`: the `u32` before the first `-` of an entry's name.

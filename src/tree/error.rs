@@ -52,6 +52,8 @@ pub enum ErrorKind {
     TooManyOpen,
     /// A name two or more living agents wear, where one agent is meant. ENOTUNIQ.
     Ambiguous { name: String, ids: Vec<String> },
+    /// Content larger than what is read whole (`size` bytes against `max`). EFBIG.
+    TooBig { size: u64, max: u64 },
     /// A deposit was refused or failed; its errno is passed on.
     Deposit(DepositError),
     /// A continuation address that `read_tool_output` would refuse (ENOENT), or a record
@@ -117,6 +119,7 @@ impl TreeError {
             ErrorKind::NoSpace => libc::ENOSPC,
             ErrorKind::TooManyOpen => libc::ENFILE,
             ErrorKind::Ambiguous { .. } => libc::ENOTUNIQ,
+            ErrorKind::TooBig { .. } => libc::EFBIG,
             ErrorKind::Deposit(e) => e.errno().unwrap_or(libc::EIO),
             ErrorKind::Page(e) => e.errno(),
             ErrorKind::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
@@ -182,6 +185,11 @@ impl std::fmt::Display for TreeError {
                 ids.len(),
                 ids.join(", ")
             ),
+            ErrorKind::TooBig { size, max } => write!(
+                f,
+                "{p}: {size} bytes, more than the {} MiB the view reads whole; read it with git",
+                max >> 20
+            ),
             ErrorKind::Deposit(e) => write!(f, "{p}: deposit refused: {e}"),
             ErrorKind::Page(e) => write!(f, "{p}: read_tool_output would refuse it: {e}"),
             ErrorKind::Io(e) => write!(f, "{p}: {e}"),
@@ -216,6 +224,7 @@ mod tests {
                 },
                 libc::ENOTUNIQ,
             ),
+            (ErrorKind::TooBig { size: 9, max: 8 }, libc::EFBIG),
         ];
         for (kind, errno) in cases {
             let e = TreeError::new("inbox/a/f", kind);

@@ -16,7 +16,7 @@ use super::node::GitNode;
 use super::{Attr, Child, Content, EXEC_PERM, ErrorKind, Kind, Node, Tree, TreeError};
 use crate::workspace::AGENTS_DIR;
 use crate::workspace::ids::is_component;
-use crate::workspace::refs::{GitEntry, Snapshot, agent_ref};
+use crate::workspace::refs::{GitEntry, MAX_BLOB_BYTES, Snapshot, agent_ref};
 
 /// The times of a node in an agent's tree.
 #[derive(Debug, Clone, Copy)]
@@ -307,19 +307,15 @@ impl Tree {
                 let oid = mark_target(&snap, kind, id)
                     .ok_or_else(|| TreeError::not_found(node.path()))?;
                 let (otype, _) = self.refs.header(oid).map_err(git_err)?;
-                let bytes = if otype == ObjectType::Blob {
-                    self.refs.blob(oid).map_err(git_err)?
+                Ok(Content::Bytes(if otype == ObjectType::Blob {
+                    self.whole_blob(node, oid)?
                 } else {
-                    commit_mark_bytes(oid)
-                };
-                Ok(Content::Bytes(Arc::new(bytes)))
+                    Arc::new(commit_mark_bytes(oid))
+                }))
             }
             GitNode::Agent { id, path } => {
                 match self.agent_entry(&*self.snapshot()?, node, id, path)?.0 {
-                    GitEntry::Blob { oid, .. } => {
-                        let bytes = self.refs.blob(oid).map_err(git_err)?;
-                        Ok(Content::Bytes(Arc::new(bytes)))
-                    }
+                    GitEntry::Blob { oid, .. } => Ok(Content::Bytes(self.whole_blob(node, oid)?)),
                     GitEntry::Link(_) => Err(TreeError::new(node.path(), ErrorKind::Loop)),
                     GitEntry::Tree(_) | GitEntry::Gitlink(_) => {
                         Err(TreeError::new(node.path(), ErrorKind::IsDir))
@@ -334,6 +330,23 @@ impl Tree {
             | GitNode::AgentsRoot
             | GitNode::NamesRoot => Err(TreeError::new(node.path(), ErrorKind::IsDir)),
         }
+    }
+
+    /// Blob `oid`, the content of `node`, read whole: `EFBIG` past
+    /// [`MAX_BLOB_BYTES`], which is said from its header without reading it.
+    fn whole_blob(&self, node: &Node, oid: Oid) -> Result<Arc<Vec<u8>>, TreeError> {
+        let git_err = |e| TreeError::git(node.path(), e);
+        let (_, size) = self.refs.header(oid).map_err(git_err)?;
+        if size > MAX_BLOB_BYTES {
+            return Err(TreeError::new(
+                node.path(),
+                ErrorKind::TooBig {
+                    size,
+                    max: MAX_BLOB_BYTES,
+                },
+            ));
+        }
+        self.refs.blob(oid).map_err(git_err)
     }
 
     pub(super) fn git_readlink(&self, node: &Node, g: &GitNode) -> Result<Vec<u8>, TreeError> {
@@ -351,10 +364,7 @@ impl Tree {
                 .to_vec()),
             GitNode::Agent { id, path } => {
                 match self.agent_entry(&*self.snapshot()?, node, id, path)?.0 {
-                    GitEntry::Link(oid) => self
-                        .refs
-                        .blob(oid)
-                        .map_err(|e| TreeError::git(node.path(), e)),
+                    GitEntry::Link(oid) => Ok(self.whole_blob(node, oid)?.to_vec()),
                     _ => Err(TreeError::new(node.path(), ErrorKind::NotSymlink)),
                 }
             }

@@ -11,11 +11,16 @@
 //! [`WATCHED_SNAPSHOT_MAX_AGE`]: re-reading every loose ref costs 35 ms at 2,000 agents,
 //! and every request that needs the refs waits for it. Git objects are immutable and read
 //! on demand.
+//!
+//! Bounded: each read goes through a handle of its own from a small pool ([`Pool`]), so
+//! one slow read (a large blob, a long history) holds up only the request that asked for
+//! it; a blob is read whole only up to [`MAX_BLOB_BYTES`], and one being read is shared
+//! by every open of it; a first-parent walk stops after [`MAX_HISTORY_COMMITS`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use git2::{ObjectType, Oid, Repository};
@@ -247,27 +252,102 @@ enum ObjectInfo {
     CommitTime(SystemTime),
 }
 
-/// The workspace's `repo.git`, opened once and shared by the request threads.
+/// The largest blob read whole: a file under `agents/`, a mark, a transcript entry. A
+/// larger one is never read into memory (the view answers `EFBIG`).
+pub const MAX_BLOB_BYTES: u64 = 32 << 20;
+/// The most commits a first-parent walk reads; an older commit is as if it were not
+/// there (a transcript entry it alone dates shows `time unknown`).
+pub const MAX_HISTORY_COMMITS: usize = 100_000;
+/// The longest `name` file read as a name; a longer one names nobody.
+const MAX_NAME_BYTES: u64 = 4096;
+/// The most idle handles on `repo.git` kept for reuse ([`Pool`]).
+const MAX_IDLE_HANDLES: usize = 16;
+/// How many blobs being read are remembered (by a weak reference) before the forgotten
+/// ones are swept.
+const SHARED_BLOBS: usize = 1024;
+
+/// Handles on `repo.git`, each lent to one reader at a time: `git2`'s handle is not to be
+/// shared between threads, and one handle behind one lock made every git read wait for
+/// the slowest (a large blob, a long walk). A handle is opened when none is idle, and at
+/// most [`MAX_IDLE_HANDLES`] are kept.
+struct Pool {
+    dir: PathBuf,
+    idle: Mutex<Vec<Repository>>,
+}
+
+/// A handle lent by the [`Pool`], given back when dropped.
+struct Lease<'a> {
+    pool: &'a Pool,
+    repo: Option<Repository>,
+}
+
+impl Pool {
+    fn open(&self) -> Result<Repository, GitError> {
+        git(
+            || format!("open {}", self.dir.display()),
+            Repository::open_bare(&self.dir),
+        )
+    }
+
+    fn get(&self) -> Result<Lease<'_>, GitError> {
+        let idle = self.idle.lock().pop();
+        let repo = match idle {
+            Some(r) => r,
+            None => self.open()?,
+        };
+        Ok(Lease {
+            pool: self,
+            repo: Some(repo),
+        })
+    }
+}
+
+impl std::ops::Deref for Lease<'_> {
+    type Target = Repository;
+    fn deref(&self) -> &Repository {
+        // Taken only by `drop`.
+        self.repo.as_ref().unwrap_or_else(|| unreachable!())
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let mut idle = self.pool.idle.lock();
+        if idle.len() < MAX_IDLE_HANDLES
+            && let Some(r) = self.repo.take()
+        {
+            idle.push(r);
+        }
+    }
+}
+
+/// The workspace's `repo.git`, shared by the request threads.
 pub struct Refs {
     repo_dir: PathBuf,
-    repo: Mutex<Repository>,
+    pool: Pool,
     cache: Mutex<Option<Cached>>,
     watched: AtomicBool,
     objects: Mutex<HashMap<(Oid, bool), ObjectInfo>>,
+    /// Blobs read and still held by someone (an open file), by id: a second open of one
+    /// shares the first's copy.
+    shared: Mutex<HashMap<Oid, Weak<Vec<u8>>>>,
 }
 
 impl Refs {
     pub fn open(repo_dir: &Path) -> Result<Self, GitError> {
-        let repo = git(
-            || format!("open {}", repo_dir.display()),
-            Repository::open_bare(repo_dir),
-        )?;
+        let pool = Pool {
+            dir: repo_dir.to_path_buf(),
+            idle: Mutex::new(Vec::new()),
+        };
+        let first = pool.open()?;
+        pool.idle.lock().push(first);
         Ok(Self {
             repo_dir: repo_dir.to_path_buf(),
-            repo: Mutex::new(repo),
+            pool,
             cache: Mutex::new(None),
             watched: AtomicBool::new(false),
             objects: Mutex::new(HashMap::new()),
+            shared: Mutex::new(HashMap::new()),
         })
     }
 
@@ -374,7 +454,7 @@ impl Refs {
     }
 
     fn read_snapshot(&self) -> Result<Snapshot, GitError> {
-        let repo = self.repo.lock();
+        let repo = self.pool.get()?;
         let mut skipped = Vec::new();
         let agents = list_refs(&repo, AGENT_REF_PREFIX, &mut skipped)?;
         let litany = list_refs(&repo, Flavour::Litany.mark_root(), &mut skipped)?;
@@ -432,7 +512,7 @@ impl Refs {
     /// What `path` (components below the tree root) is in the tree of `commit`; `None`
     /// when it does not exist there.
     pub fn entry_at(&self, commit: Oid, path: &[&str]) -> Result<Option<GitEntry>, GitError> {
-        let repo = self.repo.lock();
+        let repo = self.pool.get()?;
         let tree = git(
             || format!("tree of {commit}"),
             repo.find_commit(commit).and_then(|c| c.tree()),
@@ -461,7 +541,7 @@ impl Refs {
     /// The entries of a tree, in git's order; names that are not valid UTF-8 components
     /// are left out.
     pub fn list_tree(&self, tree: Oid) -> Result<Vec<(String, GitEntry)>, GitError> {
-        let repo = self.repo.lock();
+        let repo = self.pool.get()?;
         let tree = git(|| format!("tree {tree}"), repo.find_tree(tree))?;
         Ok(tree
             .iter()
@@ -487,7 +567,7 @@ impl Refs {
             return Ok((*kind, *size));
         }
         let (size, kind) = {
-            let repo = self.repo.lock();
+            let repo = self.pool.get()?;
             let odb = git(|| "open odb".into(), repo.odb())?;
             git(|| format!("header {oid}"), odb.read_header(oid))?
         };
@@ -495,10 +575,33 @@ impl Refs {
         Ok((kind, size as u64))
     }
 
-    pub fn blob(&self, oid: Oid) -> Result<Vec<u8>, GitError> {
-        let repo = self.repo.lock();
-        let blob = git(|| format!("blob {oid}"), repo.find_blob(oid))?;
-        Ok(blob.content().to_vec())
+    /// The content of blob `oid`, shared with every other holder of it. One larger than
+    /// [`MAX_BLOB_BYTES`] is refused, its header only read.
+    pub fn blob(&self, oid: Oid) -> Result<Arc<Vec<u8>>, GitError> {
+        if let Some(held) = self.shared.lock().get(&oid).and_then(Weak::upgrade) {
+            return Ok(held);
+        }
+        let (_, size) = self.header(oid)?;
+        if size > MAX_BLOB_BYTES {
+            return Err(GitError {
+                op: format!("blob {oid}"),
+                source: git2::Error::from_str(&format!(
+                    "{size} bytes, over the {} MiB a blob is read whole",
+                    MAX_BLOB_BYTES >> 20
+                )),
+            });
+        }
+        let bytes = {
+            let repo = self.pool.get()?;
+            let blob = git(|| format!("blob {oid}"), repo.find_blob(oid))?;
+            Arc::new(blob.content().to_vec())
+        };
+        let mut shared = self.shared.lock();
+        if shared.len() >= SHARED_BLOBS {
+            shared.retain(|_, held| held.strong_count() > 0);
+        }
+        shared.insert(oid, Arc::downgrade(&bytes));
+        Ok(bytes)
     }
 
     /// The committer time of a commit, used as the mtime of what it holds.
@@ -507,7 +610,7 @@ impl Refs {
             return Ok(*t);
         }
         let secs = {
-            let repo = self.repo.lock();
+            let repo = self.pool.get()?;
             let commit = git(|| format!("commit {oid}"), repo.find_commit(oid))?;
             commit.committer().when().seconds().max(0) as u64
         };
@@ -517,18 +620,33 @@ impl Refs {
     }
 
     /// `tip` and its first parents, newest first, until the first commit `stop` answers
-    /// true for (left out, and returned as where the walk stopped) or the root.
+    /// true for (left out, and returned as where the walk stopped), the root, or
+    /// [`MAX_HISTORY_COMMITS`] commits.
     pub fn first_parent_log(
         &self,
         tip: Oid,
         stop: &mut dyn FnMut(Oid) -> bool,
     ) -> Result<(Vec<LogEntry>, Option<Oid>), GitError> {
-        let repo = self.repo.lock();
+        self.first_parent_log_within(tip, stop, MAX_HISTORY_COMMITS)
+    }
+
+    /// [`Refs::first_parent_log`], reading at most `max` commits.
+    fn first_parent_log_within(
+        &self,
+        tip: Oid,
+        stop: &mut dyn FnMut(Oid) -> bool,
+        max: usize,
+    ) -> Result<(Vec<LogEntry>, Option<Oid>), GitError> {
+        let repo = self.pool.get()?;
         let mut log = Vec::new();
         let mut next = Some(tip);
         while let Some(id) = next {
             if stop(id) {
                 return Ok((log, Some(id)));
+            }
+            if log.len() >= max {
+                log::debug!("history of {tip}: stopped after {max} commits");
+                break;
             }
             let commit = git(|| format!("commit {id}"), repo.find_commit(id))?;
             log.push(LogEntry {
@@ -623,7 +741,12 @@ fn list_refs(
 /// The trimmed content of the `name` file at `tip`'s tree root; `None` when unnamed.
 fn read_name(repo: &Repository, tip: Oid) -> Option<String> {
     let tree = repo.find_commit(tip).ok()?.tree().ok()?;
-    let blob = repo.find_blob(tree.get_name(NAME_FILE)?.id()).ok()?;
+    let oid = tree.get_name(NAME_FILE)?.id();
+    let (size, _) = repo.odb().ok()?.read_header(oid).ok()?;
+    if size as u64 > MAX_NAME_BYTES {
+        return None;
+    }
+    let blob = repo.find_blob(oid).ok()?;
     let name = std::str::from_utf8(blob.content()).ok()?.trim();
     (!name.is_empty()).then(|| name.to_string())
 }
@@ -719,6 +842,58 @@ mod tests {
         std::thread::sleep(SNAPSHOT_MAX_AGE + Duration::from_millis(50));
         let s3 = refs.snapshot().unwrap();
         assert!(s3.agents.contains_key("a2"), "{:?}", s3.agents);
+    }
+
+    /// Blobs are shared while held and refused past the bound from their header; walks
+    /// stop at their bound; reads go through handles of their own.
+    #[test]
+    fn reads_are_bounded_and_shared() {
+        use crate::fixture::Fixture;
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(&t.path().join("ws"), Flavour::Litany).unwrap();
+        for i in 0..5 {
+            f.agent("a1", None, &[("n", format!("{i}").as_bytes())])
+                .unwrap();
+        }
+        let tip = f.agent_tip("a1").unwrap();
+        let small = f.repo().blob(b"small").unwrap();
+        let refs = Refs::open(&f.root().join("repo.git")).unwrap();
+        let a = refs.blob(small).unwrap();
+        let b = refs.blob(small).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "a second read shares the first's copy");
+        drop((a, b));
+        assert_eq!(*refs.blob(small).unwrap(), b"small");
+        // Past the bound: refused, and only the header was read.
+        let big = {
+            let odb = f.repo().odb().unwrap();
+            let len = MAX_BLOB_BYTES as usize + 1;
+            let mut w = odb.writer(len, ObjectType::Blob).unwrap();
+            let chunk = vec![b'x'; 1 << 20];
+            let mut left = len;
+            while left > 0 {
+                let n = left.min(chunk.len());
+                std::io::Write::write_all(&mut w, &chunk[..n]).unwrap();
+                left -= n;
+            }
+            w.finalize().unwrap()
+        };
+        let e = refs.blob(big).unwrap_err();
+        assert!(e.to_string().contains("over the 32 MiB"), "{e}");
+        // The walk stops at its bound.
+        let (log, reached) = refs
+            .first_parent_log_within(tip, &mut |_| false, 3)
+            .unwrap();
+        assert_eq!((log.len(), reached), (3, None));
+        let (all, _) = refs.first_parent_log(tip, &mut |_| false).unwrap();
+        assert!(all.len() > 3);
+        // A read holding a handle does not hold up another.
+        let held = refs.pool.get().unwrap();
+        assert!(matches!(
+            refs.entry_at(tip, &["n"]).unwrap(),
+            Some(GitEntry::Blob { .. })
+        ));
+        drop(held);
+        assert!(refs.pool.idle.lock().len() >= 2);
     }
 
     #[test]

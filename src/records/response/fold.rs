@@ -208,6 +208,14 @@ impl Fold {
         self.slow_line(line, out);
     }
 
+    /// Folds a line of `len` bytes (without its `\n`) too long to read
+    /// ([`super::MAX_LINE_BYTES`]): a line naming its length, in place of its rendering.
+    pub(crate) fn feed_long_line(&mut self, len: u64, out: &mut Vec<u8>) {
+        self.line += 1;
+        self.interrupt(out);
+        format::too_long(out, BLOCK, self.line, len, super::MAX_LINE_BYTES);
+    }
+
     /// Folds the complete lines at the start of `lines` (each ending in `\n`) until they
     /// run out or `out` reaches `stop` bytes, and returns the bytes consumed (at least one
     /// line when there is one). What it appends is what [`Fold::feed_line`] would, line

@@ -23,6 +23,10 @@
 //! ([`text_run`]); and since that depends on the bytes alone, a long file's later parts
 //! are rendered ahead on threads of their own while the fold reaches them
 //! ([`Rendering::render_parts`]).
+//!
+//! Bounded: a line is read into memory only up to [`MAX_LINE_BYTES`]; a longer one (a
+//! broken writer, a hostile file) is skipped without being held and shows as a line
+//! naming its length ([`Fold::feed_long_line`]).
 
 use std::fs::File;
 use std::io;
@@ -42,6 +46,23 @@ pub(super) use fast::takes_fast_path;
 
 /// Bytes read at a time.
 const CHUNK: usize = 256 * 1024;
+/// The longest line of a `response.json` read into memory (brazen's longest, a whole
+/// tool input, is far shorter); a longer one is shown as a line naming its length.
+pub const MAX_LINE_BYTES: usize = 8 << 20;
+
+/// What [`each_lines`] hands over: complete lines (each with its `\n`), or one line
+/// longer than [`MAX_LINE_BYTES`], by its length with its `\n`, never read whole.
+enum Lines<'a> {
+    Complete(&'a [u8]),
+    TooLong(u64),
+}
+
+/// One line as [`each_line`] hands it over: its bytes without the `\n`, or the length of
+/// one too long to hold.
+pub(super) enum Line<'a> {
+    Bytes(&'a [u8]),
+    TooLong(u64),
+}
 
 /// `read_at`, retried on `EINTR`.
 fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -74,14 +95,21 @@ fn each_line(
     file: &File,
     from: u64,
     limit: u64,
-    mut f: impl FnMut(&[u8], u64) -> ControlFlow<()>,
+    mut f: impl FnMut(Line<'_>, u64) -> ControlFlow<()>,
 ) -> io::Result<u64> {
     let mut consumed = from;
     each_lines(file, from, limit, |lines, base| {
+        let lines = match lines {
+            Lines::Complete(lines) => lines,
+            Lines::TooLong(len) => {
+                consumed = base + len;
+                return f(Line::TooLong(len - 1), consumed);
+            }
+        };
         let mut start = 0;
         for end in memchr::memchr_iter(b'\n', lines) {
             consumed = base + end as u64 + 1;
-            f(&lines[start..end], consumed)?;
+            f(Line::Bytes(&lines[start..end]), consumed)?;
             start = end + 1;
         }
         ControlFlow::Continue(())
@@ -90,13 +118,14 @@ fn each_line(
 }
 
 /// Calls `f` with the complete lines in `[from, limit)` (each with its `\n`) a buffer at a
-/// time, and the file offset of the first, until `f` breaks. Returns the offset past the
+/// time, and the file offset of the first, until `f` breaks; a line longer than
+/// [`MAX_LINE_BYTES`] is handed over by its length alone. Returns the offset past the
 /// last line handed over.
 fn each_lines(
     file: &File,
     from: u64,
     limit: u64,
-    mut f: impl FnMut(&[u8], u64) -> ControlFlow<()>,
+    mut f: impl FnMut(Lines<'_>, u64) -> ControlFlow<()>,
 ) -> io::Result<u64> {
     // No bigger than what there is to read: an append of one line reads one line.
     let span = usize::try_from(limit.saturating_sub(from)).unwrap_or(CHUNK);
@@ -105,8 +134,20 @@ fn each_lines(
     let (mut base, mut filled) = (from, 0usize);
     while base + (filled as u64) < limit {
         if filled == buf.len() {
+            if filled >= MAX_LINE_BYTES {
+                // One line longer than the bound: find where it ends without holding it.
+                let Some(end) = line_after(file, base + filled as u64, limit)? else {
+                    // It does not end before `limit`: not a complete line yet.
+                    return Ok(base);
+                };
+                if f(Lines::TooLong(end - base), base).is_break() {
+                    return Ok(end);
+                }
+                (base, filled) = (end, 0);
+                continue;
+            }
             // One line longer than the buffer: make room for more of it.
-            buf.resize(buf.len() * 2, 0);
+            buf.resize((buf.len() * 2).min(MAX_LINE_BYTES), 0);
         }
         let at = base + filled as u64;
         let room =
@@ -121,7 +162,7 @@ fn each_lines(
             continue;
         };
         let end = searched + last + 1;
-        if f(&buf[..end], base).is_break() {
+        if f(Lines::Complete(&buf[..end]), base).is_break() {
             return Ok(base + end as u64);
         }
         buf.copy_within(end..filled, 0);
@@ -205,6 +246,10 @@ fn render_ahead(file: &File, from: u64, to: u64, grain: u64) -> io::Result<Ahead
     let grain = usize::try_from(grain).unwrap_or(usize::MAX);
     let mut run = Ahead::default();
     each_lines(file, from, to, |lines, _| {
+        // A line too long to hold is of no run: the fold takes it.
+        let Lines::Complete(lines) = lines else {
+            return ControlFlow::Break(());
+        };
         let mut at = 0;
         while at < lines.len() {
             let stop = (run.out.len() / grain + 1).saturating_mul(grain);
@@ -380,11 +425,18 @@ impl Rendering {
         if !closed {
             self.epilogue = None;
         } else if self.epilogue.as_ref().is_none_or(|(at, _)| *at != key.size) {
-            let partial_len = usize::try_from(key.size.saturating_sub(self.raw_end))
-                .map_err(|_| io::Error::other("a partial line too long to hold"))?;
-            let partial = read_exact_at(file, self.raw_end, partial_len)?;
+            let partial_len = key.size.saturating_sub(self.raw_end);
             let mut out = Vec::new();
-            self.fold.clone().close(&partial, &mut out);
+            let mut fold = self.fold.clone();
+            match usize::try_from(partial_len) {
+                Ok(len) if len <= MAX_LINE_BYTES => {
+                    fold.close(&read_exact_at(file, self.raw_end, len)?, &mut out);
+                }
+                _ => {
+                    fold.feed_long_line(partial_len, &mut out);
+                    fold.close(&[], &mut out);
+                }
+            }
             self.epilogue = Some((key.size, out));
         }
         Ok(())
@@ -509,6 +561,16 @@ impl Rendering {
             ..
         } = self;
         *raw_end = each_lines(file, *raw_end, limit, |lines, base| {
+            let lines = match lines {
+                Lines::Complete(lines) => lines,
+                Lines::TooLong(len) => {
+                    fold.feed_long_line(len - 1, held);
+                    checkpoint_if_due(checkpoints, held, held_from, limits, base + len, || {
+                        fold.clone()
+                    });
+                    return ControlFlow::Continue(());
+                }
+            };
             let mut at = 0;
             while at < lines.len() {
                 // Up to the next checkpoint (at least one byte, so at least one line).
@@ -605,7 +667,10 @@ impl Rendering {
         if at < end {
             raw = each_line(file, raw, self.raw_end, |line, _| {
                 scratch.clear();
-                fold.feed_line(line, &mut scratch);
+                match line {
+                    Line::Bytes(line) => fold.feed_line(line, &mut scratch),
+                    Line::TooLong(len) => fold.feed_long_line(len, &mut scratch),
+                }
                 copy(&scratch, at, got);
                 at += scratch.len() as u64;
                 if at >= end {

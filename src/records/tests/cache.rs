@@ -438,3 +438,65 @@ fn a_closed_small_response_is_remembered_by_its_length_and_rendered_afresh_for_e
     assert_eq!(grown, render_closed(&all).len() as u64);
     assert!(grown > first);
 }
+
+/// A line longer than the bound is never held: it shows as a line naming its length,
+/// the lines around it as always, whether rendered in one go, read back from a
+/// checkpoint, or left unfinished at the end of a closed file.
+#[test]
+fn a_line_too_long_to_hold_shows_as_a_marked_stub() {
+    use crate::records::response::{Fold, MAX_LINE_BYTES};
+    let long = ev::text(0, &"x".repeat(MAX_LINE_BYTES));
+    let lines = [
+        ev::start("m1"),
+        ev::text_start(0),
+        ev::text(0, "before "),
+        long.clone(),
+        ev::text(0, "after"),
+        ev::stop(0),
+        ev::end(),
+    ];
+    let bytes = ndjson(&lines);
+    // What the fold makes of it, the long line by its length alone.
+    let mut want = Vec::new();
+    let mut fold = Fold::default();
+    for l in &lines {
+        if l.len() > MAX_LINE_BYTES {
+            fold.feed_long_line(l.len() as u64, &mut want);
+        } else {
+            fold.feed_line(l.as_bytes(), &mut want);
+        }
+    }
+    let text = String::from_utf8_lossy(&want);
+    assert!(
+        text.contains(&format!(
+            "line 4: {} bytes, longer than the 8 MiB a line is read; not shown",
+            long.len()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("after"), "{text}");
+    let r = Response::new();
+    r.append(&bytes);
+    for (interval, keep) in [(1 << 20, 1 << 20), (16, 0)] {
+        let records = Records::with_limits(64 << 20, interval, keep);
+        assert_eq!(r.shown(&records, false), want, "interval {interval}");
+        let (f, key) = r.open();
+        for offset in [0, 10, want.len() / 2, want.len() - 5] {
+            let got = records
+                .response_read(&f, key, false, offset as u64, 64)
+                .unwrap();
+            let end = (offset + 64).min(want.len());
+            assert_eq!(got, &want[offset..end], "interval {interval} at {offset}");
+        }
+    }
+    // Unfinished at the end of a closed file: the same stub, then the half stream.
+    let r = Response::new();
+    r.append(&ndjson(&lines[..3]));
+    r.append(long.as_bytes());
+    let records = Records::with_limits(64 << 20, 1 << 20, 1 << 20);
+    let shown = String::from_utf8(r.shown(&records, true)).unwrap();
+    assert!(
+        shown.contains(&format!("line 4: {} bytes, longer than", long.len())),
+        "{shown}"
+    );
+}

@@ -224,3 +224,49 @@ fn lernie_entries_render_the_same_way_without_usage() {
         "{got}"
     );
 }
+
+/// A transcript past its bound keeps its newest entries, says how many it left out, and
+/// shows an entry too large on its own as a line naming its size.
+#[test]
+fn a_transcript_keeps_its_newest_entries_within_its_bound() {
+    use crate::records::MAX_TRANSCRIPT_BYTES;
+    let mut b = Branch::new();
+    let part = MAX_TRANSCRIPT_BYTES / 4 + MAX_TRANSCRIPT_BYTES / 16;
+    let body = |c: char| {
+        let mut m = b"---\nfrom: user\n---\n".to_vec();
+        m.extend(std::iter::repeat_n(c as u8, part));
+        m
+    };
+    b.add("001-user.md", &body('a'));
+    b.add("002-user.md", &body('b'));
+    let t3 = b.add("003-user.md", &body('c'));
+    let refs = b.refs();
+    let records = Records::new(64 << 20);
+    let whole = records.transcript(&refs, t3).unwrap();
+    assert!(whole.starts_with(b"## 001 user"), "three fit");
+    // A fourth would pass the bound: rendered afresh, the oldest left out.
+    let t4 = b.add("004-user.md", &body('d'));
+    let got = records.transcript(&refs, t4).unwrap();
+    assert!(got.len() <= MAX_TRANSCRIPT_BYTES, "{}", got.len());
+    let text = String::from_utf8_lossy(&got);
+    let headers: Vec<&str> = text.lines().filter(|l| l.starts_with("## ")).collect();
+    assert!(
+        headers[0].starts_with("## 1 earlier entries left out"),
+        "{headers:?}"
+    );
+    assert_eq!(headers.len(), 4, "{headers:?}");
+    assert!(headers[1].starts_with("## 002 user") && headers[3].starts_with("## 004 user"));
+    // An entry whose rendering alone would pass the bound is named, not shown.
+    let t5 = b.add("005-user.md", &vec![b'e'; MAX_TRANSCRIPT_BYTES + 1]);
+    let got = records.transcript(&refs, t5).unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.contains(&format!(
+            "### entry of {} bytes, too large to show here: messages/005-user.md",
+            MAX_TRANSCRIPT_BYTES + 1
+        )),
+        "{}",
+        &text[text.len().saturating_sub(300)..]
+    );
+    assert!(got.len() <= MAX_TRANSCRIPT_BYTES);
+}
