@@ -9,19 +9,17 @@
 mod handles;
 mod inodes;
 mod invalidate;
+mod listings;
 
 pub use inodes::ROOT_INO;
 pub use invalidate::Invalidator;
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
-
-use parking_lot::Mutex;
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
@@ -37,20 +35,13 @@ use crate::tree::{
 };
 use handles::{Handle, Handles, Io};
 use inodes::InodeTable;
+use listings::{Listings, Reader};
 
 /// One entry of a directory reply.
 enum Entry<'a> {
     Dot(&'static str),
     Child(&'a Child),
 }
-
-/// The most listings kept between the `readdir` calls that read them; past it they are
-/// dropped (a reader mid-listing then gets a fresh one).
-const MAX_LISTINGS: usize = 1024;
-
-/// Whose listing a `readdir` continues: directories have no handles (see `opendir`), so
-/// a listing is kept per directory and reading thread.
-type Reader = (u64, u32);
 
 /// Kernel features asked for at `init`, each taken only if the kernel offers it.
 const WANTED: [InitFlags; 4] = [
@@ -72,7 +63,7 @@ pub struct State {
     inodes: InodeTable,
     handles: Handles,
     /// Listings being read, by reader (see [`State::listing`]).
-    listings: Mutex<HashMap<Reader, Arc<Vec<Child>>>>,
+    listings: Listings,
     passthrough: AtomicBool,
     uid: u32,
     gid: u32,
@@ -133,7 +124,7 @@ impl Fs {
                 space,
                 inodes: InodeTable::new(root_dev),
                 handles: Handles::default(),
-                listings: Mutex::new(HashMap::new()),
+                listings: Listings::default(),
                 passthrough: AtomicBool::new(false),
                 uid,
                 gid,
@@ -251,17 +242,13 @@ impl State {
     /// for the calls that follow, until the end of the directory is read.
     fn listing(&self, reader: Reader, offset: u64) -> Result<Arc<Vec<Child>>, TreeError> {
         if offset != 0
-            && let Some(children) = self.listings.lock().get(&reader)
+            && let Some(children) = self.listings.get(reader)
         {
-            return Ok(children.clone());
+            return Ok(children);
         }
         let (node, _) = self.node(INodeNo(reader.0))?;
         let children = Arc::new(self.space.list(&node)?);
-        let mut listings = self.listings.lock();
-        if listings.len() >= MAX_LISTINGS {
-            listings.clear();
-        }
-        listings.insert(reader, children.clone());
+        self.listings.keep(reader, children.clone());
         Ok(children)
     }
 
@@ -289,7 +276,7 @@ impl State {
         }
         // The kernel reads on until a call returns nothing: that call ends the listing.
         if offset >= end {
-            self.listings.lock().remove(&reader);
+            self.listings.done(reader);
         }
         Ok(())
     }
