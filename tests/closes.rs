@@ -463,3 +463,56 @@ fn closes_never_wait_on_forks_execs_and_proc_readers() {
     assert!(all_in, "{} of {MESSAGES} deposited", got.len());
     assert_eq!(got, want);
 }
+
+/// A writer whose forked child holds the message close-on-exec and never execs makes its
+/// own close wait for the spawn grace, and nobody else's request: with one request
+/// thread, a `stat` made during that wait is answered before the close returns.
+#[test]
+fn the_spawn_grace_is_the_writers_wait_not_a_request_threads() {
+    let w = workspace();
+    let m = Mounted::with_args(w.f.root(), &["--no-wake", "--threads", "1"]);
+    let out = python(
+        r#"
+import os, sys, threading, time
+draft, other = sys.argv[1], sys.argv[2]
+fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+os.write(fd, b"held by a child that never execs")
+pid = os.fork()
+if pid == 0:
+    time.sleep(1.0)
+    os._exit(0)
+got = {}
+def close():
+    t = time.monotonic()
+    os.close(fd)
+    got["close"] = (t, time.monotonic())
+th = threading.Thread(target=close)
+th.start()
+time.sleep(0.05)
+t = time.monotonic()
+os.stat(other)
+got["stat"] = (t, time.monotonic())
+th.join()
+os.waitpid(pid, 0)
+(c0, c1), (s0, s1) = got["close"], got["stat"]
+print(f"{(c1 - c0) * 1000:.0f} {(s1 - s0) * 1000:.0f} {int(s1 < c1)}")
+"#,
+        &[&m.path(&format!("inbox/{A}/held")), &m.path("status")],
+    );
+    let fields: Vec<u64> = out.split_whitespace().map(|f| f.parse().unwrap()).collect();
+    let [close_ms, stat_ms, stat_first] = fields[..] else {
+        panic!("{out}")
+    };
+    eprintln!("close {close_ms} ms, stat during it {stat_ms} ms");
+    // The close did wait for the child (which holds it close-on-exec, as a child on its
+    // way to an exec does), and the stat did not wait for the close.
+    assert!(close_ms >= 150, "the close did not wait: {out}");
+    assert_eq!(stat_first, 1, "the stat waited for the close: {out}");
+    // The child's exit is the last close: the message goes whole, once.
+    assert!(
+        common::mount::eventually(std::time::Duration::from_secs(5), || bodies(&w).len() == 1),
+        "{:?}",
+        bodies(&w)
+    );
+    assert_eq!(bodies(&w), [b"held by a child that never execs".to_vec()]);
+}

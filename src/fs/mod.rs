@@ -18,7 +18,7 @@ use std::ffi::OsStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::SystemTime;
 
 use fuser::{
@@ -28,10 +28,10 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::home::Space;
+use crate::home::{Space, SpaceClosing, WaitingClose};
 use crate::tree::{
     Attr, Child, Closer, Content, ErrorKind, Identity, Kind, Node, OpenMode, Opened, SHORT_TTL,
-    Tree, TreeError,
+    SPAWN_POLL, Tree, TreeError,
 };
 use handles::{Handle, Handles, Io};
 use inodes::InodeTable;
@@ -65,6 +65,8 @@ pub struct State {
     /// Listings being read, by reader (see [`State::listing`]).
     listings: Listings,
     passthrough: AtomicBool,
+    /// Closes waiting for spawned children now ([`State::wait_for_spawns`]).
+    spawn_waits: Arc<AtomicUsize>,
     uid: u32,
     gid: u32,
 }
@@ -103,6 +105,18 @@ fn refuse(op: &str, e: &TreeError) -> Errno {
     errno(e)
 }
 
+/// Answers a close with how it went.
+fn answer_close(reply: ReplyEmpty, r: Result<(), TreeError>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(refuse("close", &e)),
+    }
+}
+
+/// The most closes waiting for spawned children at once, each on a thread of its own
+/// ([`State::wait_for_spawns`]).
+pub const MAX_SPAWN_WAITS: usize = 64;
+
 fn file_type(kind: Kind) -> FileType {
     match kind {
         Kind::Dir => FileType::Directory,
@@ -126,6 +140,7 @@ impl Fs {
                 handles: Handles::default(),
                 listings: Listings::default(),
                 passthrough: AtomicBool::new(false),
+                spawn_waits: Arc::new(AtomicUsize::new(0)),
                 uid,
                 gid,
             }),
@@ -236,6 +251,48 @@ impl State {
         self.handles
             .insert(Handle { content, _io: io })
             .ok_or_else(|| TreeError::new(self.path(ino), ErrorKind::TooManyOpen))
+    }
+
+    /// Carries a close that waits for spawned children ([`Closing::Waiting`]) on a thread
+    /// of its own, which answers it: the wait is the closing writer's, and no request
+    /// thread sleeps through it. Past [`MAX_SPAWN_WAITS`] of them at once, or without a
+    /// thread, the close is decided now with what it sees (the last close then sends).
+    fn wait_for_spawns(&self, mut p: WaitingClose, reply: ReplyEmpty) {
+        let started = self
+            .spawn_waits
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_SPAWN_WAITS).then_some(n + 1)
+            })
+            .is_ok();
+        if !started {
+            log::debug!("{MAX_SPAWN_WAITS} closes wait for spawns already; deciding this one now");
+            return answer_close(reply, p.poll(true).unwrap_or(Ok(())));
+        }
+        let count = self.spawn_waits.clone();
+        let waiting = Arc::new(parking_lot::Mutex::new(Some((p, reply))));
+        let theirs = waiting.clone();
+        let spawned = std::thread::Builder::new()
+            .name("litanyfs-close".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                if let Some((mut p, reply)) = theirs.lock().take() {
+                    let r = loop {
+                        std::thread::sleep(SPAWN_POLL);
+                        if let Some(r) = p.poll(false) {
+                            break r;
+                        }
+                    };
+                    answer_close(reply, r);
+                }
+                count.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(e) = spawned {
+            self.spawn_waits.fetch_sub(1, Ordering::AcqRel);
+            log::warn!("no thread for a close waiting for spawns ({e}); deciding it now");
+            if let Some((mut p, reply)) = waiting.lock().take() {
+                answer_close(reply, p.poll(true).unwrap_or(Ok(())));
+            }
+        }
     }
 
     /// The listing a `readdir` at `offset` continues: taken afresh at offset 0 and kept
@@ -444,12 +501,14 @@ impl Filesystem for Fs {
                 tid: pid,
                 ino: ino.0,
             };
-            match self
-                .node(ino)
-                .and_then(|(n, _)| self.space.close(&n, &h.content, closer))
-            {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(refuse("close", &e)),
+            let closing = match self.node(ino) {
+                Ok((n, _)) => self.space.close_start(&n, &h.content, closer),
+                Err(e) => SpaceClosing::Done(Err(e)),
+            };
+            drop(h);
+            match closing {
+                SpaceClosing::Done(r) => answer_close(reply, r),
+                SpaceClosing::Waiting(p) => self.wait_for_spawns(p, reply),
             }
         })
     }

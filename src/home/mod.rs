@@ -31,7 +31,7 @@ pub mod layout;
 mod space;
 
 pub use layout::{Shelf, Source, classify, litany_data_root};
-pub use space::Space;
+pub use space::{Space, SpaceClosing, WaitingClose};
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::MetadataExt;

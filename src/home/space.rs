@@ -14,8 +14,8 @@ use std::time::{Duration, SystemTime};
 
 use super::{Home, WsKey, in_workspace};
 use crate::tree::{
-    Attr, Child, Closer, Content, ErrorKind, HomeNode, Identity, Node, OpenMode, Opened, SHORT_TTL,
-    Tree, TreeError,
+    Attr, Child, Closer, Closing, Content, ErrorKind, HomeNode, Identity, Node, OpenMode, Opened,
+    PendingClose, SHORT_TTL, Tree, TreeError,
 };
 
 /// One workspace's tree, or a home of many (module docs).
@@ -357,12 +357,52 @@ impl Space {
         }
     }
 
+    /// [`Tree::close_start`]: a close decided now, or one waiting for spawned children,
+    /// to be carried by [`WaitingClose::poll`].
+    pub fn close_start(&self, node: &Node, content: &Content, closer: Closer) -> SpaceClosing {
+        match self.at(node) {
+            Err(e) => SpaceClosing::Done(Err(e)),
+            Ok(At::Home(_)) => SpaceClosing::Done(Ok(())),
+            Ok(At::Tree { tree, ws, node }) => match tree.close_start(node, content, closer) {
+                Closing::Done(r) => SpaceClosing::Done(r.map_err(|e| wrap_err(ws, e))),
+                Closing::Waiting(pending) => SpaceClosing::Waiting(WaitingClose {
+                    ws: ws.cloned(),
+                    tree,
+                    pending,
+                }),
+            },
+        }
+    }
+
     /// [`Tree::release`]. A draft of a workspace that has gone since is released by the
     /// draft itself: nothing is left to send it to.
     pub fn release(&self, node: &Node, content: &Content) {
         if let Ok(At::Tree { tree, node, .. }) = self.at(node) {
             tree.release(node, content);
         }
+    }
+}
+
+/// A close of the space, decided or waiting ([`Space::close_start`]).
+pub enum SpaceClosing {
+    Done(Result<(), TreeError>),
+    Waiting(WaitingClose),
+}
+
+/// A close waiting for spawned children, with the tree that decides it.
+pub struct WaitingClose {
+    tree: Arc<Tree>,
+    ws: Option<WsKey>,
+    pending: PendingClose,
+}
+
+impl WaitingClose {
+    /// [`Tree::close_poll`].
+    pub fn poll(&mut self, now: bool) -> Option<Result<(), TreeError>> {
+        let ws = self.ws.as_ref();
+        self.tree
+            .close_poll(&mut self.pending, now)
+            .map(|r| r.map_err(|e| wrap_err(ws, e)))
     }
 }
 

@@ -15,29 +15,63 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use parking_lot::Mutex;
+
 use super::drafts::{self, Draft, DraftError, DraftOpen, DraftState, Gone, Refused, Verdict};
 use super::node::{Backed, DraftNode};
 use super::{Attr, Child, Content, DRAFT_PERM, Deposits, ErrorKind, FILE_PERM, Identity, Kind};
 use super::{Closer, NAME_MAX, Node, Tree, TreeError};
 use crate::deposit::DepositError;
-use crate::witness::{Exit, Holder};
+use crate::witness::{Exit, Holder, Task};
 
-/// A thread inside a close of a draft, for as long as the guard lives.
-struct ClosingGuard<'a> {
-    tree: &'a Tree,
+/// A thread inside a close of a draft, for as long as the guard lives (it may outlive
+/// the request thread that started the close: see [`PendingClose`]).
+struct ClosingGuard {
+    closing: Arc<Mutex<crate::FastSet<u32>>>,
     tid: u32,
 }
 
-impl Drop for ClosingGuard<'_> {
+impl Drop for ClosingGuard {
     fn drop(&mut self) {
-        self.tree.closing.lock().remove(&self.tid);
+        self.closing.lock().remove(&self.tid);
     }
 }
 
+/// How a close of a draft went, or that it is waiting for children being spawned.
+pub enum Closing {
+    Done(Result<(), TreeError>),
+    /// Only children between their `fork` and their `exec` hold it: the close waits up to
+    /// [`SPAWN_GRACE`] for their execs to drop it ([`Tree::close_poll`]), so that the
+    /// writer's close returns once the message is sent. The wait is the writer's: the
+    /// adapter carries it on a thread of its own, never on a shared request thread.
+    Waiting(PendingClose),
+}
+
+/// A close waiting for spawned children to drop the draft (see [`Closing::Waiting`]).
+pub struct PendingClose {
+    node: Node,
+    draft: Arc<Draft>,
+    closer: Closer,
+    candidates: Vec<u32>,
+    skip: Option<u32>,
+    task: Option<Task>,
+    writer_groups: Vec<u32>,
+    started: std::time::Instant,
+    _closing: ClosingGuard,
+}
+
+/// What one look at a draft's holders found.
+enum Look {
+    /// Holders that settle it (or none): the close decides now.
+    Settled(Vec<Holder>),
+    /// Only passing holders: children being spawned.
+    Spawning(Vec<Holder>),
+}
+
 /// How long a close waits for children between `fork` and `exec` to drop the message
-/// they hold close-on-exec (see [`Tree::holders_after_spawns`]), and how often it looks.
+/// they hold close-on-exec (see [`Tree::close_poll`]), and how often it looks.
 pub const SPAWN_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
-const SPAWN_POLL: std::time::Duration = std::time::Duration::from_micros(500);
+pub const SPAWN_POLL: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// The error a refused write to a draft answers, at the write and at every close after.
 fn refused_error(node: &Node, why: Refused) -> TreeError {
@@ -270,11 +304,30 @@ impl Tree {
     /// description's close decides a draft (see [`Tree::flush`]): a reader's close (`cat`,
     /// `grep -r`, an editor's preview) answers at once and decides nothing.
     pub fn close(&self, node: &Node, content: &Content, closer: Closer) -> Result<(), TreeError> {
+        self.wait_out(self.close_start(node, content, closer))
+    }
+
+    /// [`Tree::close`], up to a wait for spawned children, which it returns to be carried
+    /// by [`Tree::close_poll`] (on the closer's account, not a request thread's).
+    pub fn close_start(&self, node: &Node, content: &Content, closer: Closer) -> Closing {
         match content {
             Content::Draft(DraftOpen {
                 writable: false, ..
-            }) => Ok(()),
-            _ => self.flush(node, Some(closer)),
+            }) => Closing::Done(Ok(())),
+            _ => self.flush_start(node, Some(closer)),
+        }
+    }
+
+    /// A waiting close, carried here to its end.
+    fn wait_out(&self, closing: Closing) -> Result<(), TreeError> {
+        match closing {
+            Closing::Done(r) => r,
+            Closing::Waiting(mut p) => loop {
+                std::thread::sleep(SPAWN_POLL);
+                if let Some(r) = self.close_poll(&mut p, false) {
+                    return r;
+                }
+            },
         }
     }
 
@@ -319,24 +372,29 @@ impl Tree {
     /// closes of duplicates answer at once and send nothing; a message whose writer was
     /// killed is dropped. An empty or private draft is never sent.
     pub fn flush(&self, node: &Node, closer: Option<Closer>) -> Result<(), TreeError> {
+        self.wait_out(self.flush_start(node, closer))
+    }
+
+    /// [`Tree::flush`], up to a wait for spawned children.
+    fn flush_start(&self, node: &Node, closer: Option<Closer>) -> Closing {
         let Node::Draft(_) = node else {
-            return Ok(());
+            return Closing::Done(Ok(()));
         };
-        let d = self.draft_of(node)?;
+        let d = match self.draft_of(node) {
+            Ok(d) => d,
+            Err(e) => return Closing::Done(Err(e)),
+        };
         if d.is_private() {
-            return Ok(());
+            return Closing::Done(Ok(()));
         }
-        let Some(deposits) = self.deposits.as_ref() else {
-            return Err(TreeError::read_only(node.path()));
-        };
         let verdict = match closer {
             None => Verdict::Send,
             Some(closer) => {
-                let _closing = self.closing(closer.tid);
+                let closing = self.closing(closer.tid);
                 let (writers, mut candidates) = {
                     let st = d.state.lock();
                     if !st.pending() {
-                        return Ok(());
+                        return Closing::Done(Ok(()));
                     }
                     (st.hands.writers.clone(), st.hands.holders.clone())
                 };
@@ -366,33 +424,75 @@ impl Tree {
                 } else {
                     candidates.push(closer.tid);
                     let skip = exiting.map(|_| closer.tid);
-                    let Some(holders) = self.holders_after_spawns(&d, closer, &candidates, skip)
-                    else {
-                        // Sent (or refused) by another close while this one waited.
-                        return match d.state.lock().failed {
-                            Some(errno) => Err(TreeError::io(
-                                node.path(),
-                                std::io::Error::from_raw_os_error(errno),
-                            )),
-                            None => Ok(()),
-                        };
+                    let pending = PendingClose {
+                        node: node.clone(),
+                        draft: d,
+                        closer,
+                        candidates,
+                        skip,
+                        task,
+                        writer_groups,
+                        started: std::time::Instant::now(),
+                        _closing: closing,
                     };
-                    if !holders.is_empty() {
-                        log::debug!(
-                            "{}: close by {}: still held by {holders:?}; the last close sends it",
-                            node.path(),
-                            closer.tid
-                        );
-                    }
-                    let pids: Vec<u32> = holders.iter().map(|h| h.pid).collect();
-                    let mut st = d.state.lock();
-                    for &pid in &pids {
-                        st.hands.held(pid);
-                    }
-                    st.hands.held(closer.tid);
-                    drafts::verdict(task.as_ref(), &writer_groups, &pids)
+                    return match self.look(&pending) {
+                        Look::Settled(holders) => {
+                            Closing::Done(self.close_with(&pending, &holders))
+                        }
+                        Look::Spawning(_) => Closing::Waiting(pending),
+                    };
                 }
             }
+        };
+        Closing::Done(self.decide(node, &d, verdict))
+    }
+
+    /// Looks again at a waiting close: `None` while only spawned children hold the draft
+    /// and [`SPAWN_GRACE`] has not passed (or `now` asks to decide at once), else how it
+    /// went.
+    pub fn close_poll(&self, p: &mut PendingClose, now: bool) -> Option<Result<(), TreeError>> {
+        if !p.draft.state.lock().pending() {
+            // Sent (or refused) by another close while this one waited.
+            return Some(match p.draft.state.lock().failed {
+                Some(errno) => Err(TreeError::io(
+                    p.node.path(),
+                    std::io::Error::from_raw_os_error(errno),
+                )),
+                None => Ok(()),
+            });
+        }
+        match self.look(p) {
+            Look::Spawning(_) if !now && p.started.elapsed() < SPAWN_GRACE => None,
+            Look::Settled(holders) | Look::Spawning(holders) => Some(self.close_with(p, &holders)),
+        }
+    }
+
+    /// The end of a close whose other holders are `holders`: the verdict, and what it
+    /// decides.
+    fn close_with(&self, p: &PendingClose, holders: &[Holder]) -> Result<(), TreeError> {
+        if !holders.is_empty() {
+            log::debug!(
+                "{}: close by {}: still held by {holders:?}; the last close sends it",
+                p.node.path(),
+                p.closer.tid
+            );
+        }
+        let pids: Vec<u32> = holders.iter().map(|h| h.pid).collect();
+        let verdict = {
+            let mut st = p.draft.state.lock();
+            for &pid in &pids {
+                st.hands.held(pid);
+            }
+            st.hands.held(p.closer.tid);
+            drafts::verdict(p.task.as_ref(), &p.writer_groups, &pids)
+        };
+        self.decide(&p.node, &p.draft, verdict)
+    }
+
+    /// Carries out `verdict` on draft `d`.
+    fn decide(&self, node: &Node, d: &Arc<Draft>, verdict: Verdict) -> Result<(), TreeError> {
+        let Some(deposits) = self.deposits.as_ref() else {
+            return Err(TreeError::read_only(node.path()));
         };
         // The draft stays locked across the deposit, so two closes of one message can
         // never deposit it twice.
@@ -410,7 +510,7 @@ impl Tree {
                      {signal} while holding it",
                     node.path()
                 );
-                self.give_up(&d, &mut st, Gone::Killed { pid, signal }, None);
+                self.give_up(d, &mut st, Gone::Killed { pid, signal }, None);
                 Ok(())
             }
             Verdict::Send => {
@@ -421,18 +521,18 @@ impl Tree {
                          the message",
                         node.path()
                     );
-                    self.give_up(&d, &mut st, Gone::Cut(why), None);
+                    self.give_up(d, &mut st, Gone::Cut(why), None);
                     return Err(refused_error(node, why));
                 }
                 if st.buf().is_empty() {
                     log::info!("{}: not sent: closed with nothing written", node.path());
-                    self.give_up(&d, &mut st, Gone::Empty, None);
+                    self.give_up(d, &mut st, Gone::Empty, None);
                     return Ok(());
                 }
                 if !st.dirty() {
                     return Ok(());
                 }
-                let sent = self.send(node, &d, &mut st, deposits);
+                let sent = self.send(node, d, &mut st, deposits);
                 drop(st);
                 self.drafts.shed_aliases();
                 sent
@@ -440,23 +540,17 @@ impl Tree {
         }
     }
 
-    /// Who else holds draft `d` at `closer`'s close (`candidates`: the tasks known to
-    /// have held it, the closer last), looking again for up to [`SPAWN_GRACE`] while the
-    /// only holders are passing ones: a child between its `fork` and its `exec`
-    /// (another thread's `posix_spawn`) holds it close-on-exec for a moment, then its
-    /// exec closes it, and that close is the last one and sends it. Waiting for that
-    /// keeps the promise that the writer's close returns once the message is sent.
-    /// `None` when another close decided it meanwhile.
-    fn holders_after_spawns(
-        &self,
-        d: &Draft,
-        closer: Closer,
-        candidates: &[u32],
-        skip: Option<u32>,
-    ) -> Option<Vec<Holder>> {
+    /// Who else holds the draft of waiting close `p` (its candidates: the tasks known to
+    /// have held it, the closer last), and whether they are only passing ones: a child
+    /// between its `fork` and its `exec` (another thread's `posix_spawn`) holds it
+    /// close-on-exec for a moment, then its exec closes it, and that close is the last
+    /// one and sends it. Waiting for that keeps the promise that the writer's close
+    /// returns once the message is sent.
+    fn look(&self, p: &PendingClose) -> Look {
         let Some(w) = self.witness.as_ref() else {
-            return Some(Vec::new());
+            return Look::Settled(Vec::new());
         };
+        let (closer, candidates) = (p.closer, &p.candidates);
         // A holder settles it (the close waits for the last close, not for a spawn) unless
         // it is closing files right now (an exec closing what it inherited: its exec
         // has already cleared the close-on-exec flags of what it is about to close), or
@@ -466,24 +560,21 @@ impl Tree {
                 self.is_closing(h.pid) || (h.close_on_exec && !candidates.contains(&h.pid));
             !transient || h.pid == closer.tid
         };
-        let started = std::time::Instant::now();
-        loop {
-            let holders = w.holders(closer.ino, candidates, skip, settles);
-            let spawning = !holders.is_empty() && !holders.iter().any(settles);
-            if !spawning || started.elapsed() >= SPAWN_GRACE {
-                return Some(holders);
-            }
-            std::thread::sleep(SPAWN_POLL);
-            if !d.state.lock().pending() {
-                return None;
-            }
+        let holders = w.holders(closer.ino, candidates, p.skip, settles);
+        if !holders.is_empty() && !holders.iter().any(settles) {
+            Look::Spawning(holders)
+        } else {
+            Look::Settled(holders)
         }
     }
 
     /// Marks thread `tid` as inside a close until the guard drops.
-    fn closing(&self, tid: u32) -> ClosingGuard<'_> {
+    fn closing(&self, tid: u32) -> ClosingGuard {
         self.closing.lock().insert(tid);
-        ClosingGuard { tree: self, tid }
+        ClosingGuard {
+            closing: self.closing.clone(),
+            tid,
+        }
     }
 
     fn is_closing(&self, tid: u32) -> bool {

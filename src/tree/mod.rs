@@ -33,6 +33,7 @@ mod records;
 mod views;
 
 pub use error::{ErrorKind, TreeError};
+pub use inbox::{Closing, PendingClose, SPAWN_POLL};
 pub use modes::{Modes, Owner};
 pub use node::{
     Backed, Capture, DraftNode, GitNode, HomeNode, Node, Place, RecordView, TOP_LEVEL, ViewFile,
@@ -271,7 +272,7 @@ pub struct Tree {
     /// The threads inside a close of a draft now (a thread is in one system call at a
     /// time): a holder that is closing may be an exec closing what it inherited (see
     /// `inbox.rs`).
-    closing: Mutex<crate::FastSet<u32>>,
+    closing: Arc<Mutex<crate::FastSet<u32>>>,
     /// What modes and owners nodes show, and who may deposit ([`modes`]).
     modes: Modes,
 }
@@ -316,7 +317,7 @@ impl Tree {
             refs_reported: Mutex::new(None),
             agents_changed: Mutex::new(Default::default()),
             witness: None,
-            closing: Mutex::new(Default::default()),
+            closing: Arc::new(Mutex::new(Default::default())),
             modes: Modes::default(),
         }
         .learning_workspace())
