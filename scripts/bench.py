@@ -1019,6 +1019,81 @@ def bench_home(tmp):
     unmount(hmnt)
 
 
+def git_blob_of(ws, mib):
+    """A blob of `mib` MiB written to the workspace's git (a file written a MiB at a time,
+    then hashed in), and its id."""
+    f = ws / f"blob-{mib}.bin"
+    chunk = bytes(b"abcdefghijklmnopqrstuvw"[i % 23] for i in range(1 << 20))
+    with open(f, "wb") as out:
+        for _ in range(mib):
+            out.write(chunk)
+    oid = git(ws, "hash-object", "-w", str(f))
+    f.unlink()
+    return oid
+
+
+def bench_stall(tmp):
+    n = 20 if QUICK else 100
+    print(f"10. one slow git read and the other views: cat status + ls marks ({n} times) while a 500 MB blob under agents/ is opened, and while a 30 MB one is read", flush=True)
+    ws = tmp / "stall"
+    ids = make_workspace(ws, 50, 5, refs_per_agent=3)
+    huge, mid = git_blob_of(ws, 500), git_blob_of(ws, 30)
+    goal = git(ws, "hash-object", "-w", "--stdin", input="Do the thing.\n")
+    tree = git(ws, "mktree", input=f"100644 blob {goal}\tgoal.md\n100644 blob {huge}\thuge.bin\n100644 blob {mid}\tmid.bin\n")
+    env = dict(os.environ, GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@b", GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@b")
+    commit = subprocess.run(
+        ["git", "--git-dir", str(ws / "repo.git"), "commit-tree", tree, "-m", "dispatch: worker"],
+        check=True, capture_output=True, text=True, env=env,
+    ).stdout.strip()
+    git(ws, "update-ref", f"refs/heads/agents/{ids[0]}", commit)
+    mnt = tmp / "stall-mnt"
+    mount(ws, mnt)
+    pid = daemon_pid(mnt)
+
+    def pair():
+        t = time.perf_counter()
+        (mnt / "status").read_bytes()
+        for k in os.listdir(mnt / "marks"):
+            os.listdir(mnt / "marks" / k)
+        return (time.perf_counter() - t) * 1000
+
+    def under(load):
+        import threading
+        stop = threading.Event()
+        done = [0]
+
+        def busy():
+            while not stop.is_set():
+                try:
+                    load()
+                except OSError:
+                    pass
+                done[0] += 1
+
+        th = threading.Thread(target=busy)
+        th.start()
+        time.sleep(0.05)
+        lat = [pair() for _ in range(n)]
+        stop.set()
+        th.join()
+        return lat, done[0]
+
+    idle = [pair() for _ in range(n)]
+    agent = mnt / "agents" / ids[0]
+
+    def open_huge():
+        with open(agent / "huge.bin", "rb") as f:
+            f.read(1 << 20)
+
+    for what, load in (("a 500 MB blob opened (EFBIG)", open_huge), ("a 30 MB blob read whole", lambda: (agent / "mid.bin").read_bytes())):
+        lat, loads = under(load)
+        worst, med = max(lat), statistics.median(lat)
+        row(f"cat status + ls marks while {what}, worst of {n}, ms", round(worst, 1), round(max(idle), 1), round(worst / max(max(idle), 0.001), 2), None, " ms", f"median {round(med, 1)} ms (idle {round(statistics.median(idle), 1)}); {loads} loads meanwhile; target: within 100 ms")
+    rss = peak_rss_mib(pid) if pid else None
+    row("daemon peak RSS after both, MiB", rss, None, None, None, " MiB", "the 500 MB blob is never read; the 30 MB one is read whole (git's copy and the open's)")
+    unmount(mnt)
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     global QUICK
@@ -1028,7 +1103,7 @@ def main():
     tmp = Path(tempfile.mkdtemp(prefix="litanyfs-bench-"))
     started = time.time()
     try:
-        sections = [("seq", bench_sequential), ("walk", bench_walk), ("paging", bench_paging), ("deposits", bench_deposits), ("records", bench_records), ("refs", bench_refs), ("scale", bench_scale), ("views", bench_views), ("home", bench_home)]
+        sections = [("seq", bench_sequential), ("walk", bench_walk), ("paging", bench_paging), ("deposits", bench_deposits), ("records", bench_records), ("refs", bench_refs), ("scale", bench_scale), ("views", bench_views), ("home", bench_home), ("stall", bench_stall)]
         for name, f in sections:
             if only and name not in only:
                 continue
