@@ -57,6 +57,8 @@ mod lru;
 pub mod manual;
 pub mod mount;
 pub mod paging;
+#[doc(hidden)]
+pub mod prereq;
 mod process;
 pub mod records;
 pub mod sentinel;

@@ -112,6 +112,9 @@ fn check_writer(
 
 #[test]
 fn every_common_writer_deposits_exactly_once() {
+    if !litanyfs::prereq::programs(&["python3", "tmux", "vim", "nano"]) {
+        return;
+    }
     let w = workspace();
     let m = mount(&w, &[]);
     let t = tempfile::tempdir().unwrap();
@@ -274,6 +277,9 @@ fn nano_write(path: &Path, text: &str) {
 
 #[test]
 fn refusals_reach_the_call_that_caused_them() {
+    if !litanyfs::prereq::programs(&["python3"]) {
+        return;
+    }
     let w = workspace();
     let m = mount(&w, &["--max-message-bytes", "1000"]);
     let dir = m.path(&format!("inbox/{A}"));

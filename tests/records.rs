@@ -4,8 +4,8 @@
 //! `transcript.md` shows its entries in order, and every continuation address it shows
 //! names a record that exists. Run on the shared workspace and on one built with the
 //! adapter's `rich` scenario (thinking, several text blocks, non-ASCII tool input split
-//! inside an escape, a retried attempt). Skips with a reason only where litany cannot be
-//! found, and never under CI.
+//! inside an escape, a retried attempt). Without litany 0.0.15 they fail, unless
+//! `LITANYFS_SKIP` names `litany` (see `litanyfs::prereq`).
 
 mod common;
 
@@ -37,15 +37,9 @@ extern "C" fn remove_rich_dir() {
 /// A workspace built with `FAKE_BZ_SCENARIO=rich`, once per test process, removed at
 /// exit.
 fn rich() -> Option<&'static RealWorkspace> {
-    static WS: OnceLock<Option<RealWorkspace>> = OnceLock::new();
-    WS.get_or_init(|| {
-        let Some(bin) = harness::litany_bin() else {
-            assert!(
-                !harness::in_ci(),
-                "CI is set but the litany oracle is unavailable"
-            );
-            return None;
-        };
+    static WS: OnceLock<RealWorkspace> = OnceLock::new();
+    let bin = harness::litany_bin()?;
+    Some(WS.get_or_init(|| {
         let dir = tempfile::Builder::new()
             .prefix("litanyfs-records-")
             .tempdir()
@@ -70,11 +64,8 @@ fn rich() -> Option<&'static RealWorkspace> {
             "real-workspace (rich) failed:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let ws =
-            RealWorkspace::parse_summary(&String::from_utf8_lossy(&out.stdout)).expect("summary");
-        Some(ws)
-    })
-    .as_ref()
+        RealWorkspace::parse_summary(&String::from_utf8_lossy(&out.stdout)).expect("summary")
+    }))
 }
 
 /// Every (agent, tip) of the workspace, from the refs.

@@ -8,13 +8,14 @@
 //!   a slow model call (`in-flight`) ended by `litany stop` (`failed`), `litany dispatch`
 //!   and `litany prompt` each show as their events, in order, once each.
 //!
-//! Skips with a reason only where litany cannot be found, and never under CI.
+//! Without litany 0.0.15 they fail, unless `LITANYFS_SKIP` names `litany` (see
+//! `litanyfs::prereq`).
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -25,15 +26,6 @@ use serde_json::Value;
 /// How long anything asynchronous may take before the test fails (generous: the
 /// machine may be busy; this is no performance assertion).
 const DEADLINE: Duration = Duration::from_secs(20);
-
-fn litany_or_skip() -> Option<PathBuf> {
-    let bin = harness::litany_bin();
-    if bin.is_none() {
-        assert!(!harness::in_ci(), "CI must have litany");
-        eprintln!("skipped: no litany 0.0.15");
-    }
-    bin
-}
 
 fn read(m: &Mounted, rel: &str) -> String {
     String::from_utf8(std::fs::read(m.path(rel)).expect(rel)).expect("UTF-8")
@@ -109,9 +101,6 @@ fn has(events: &[Value], kind: &str, agent: &str, path: &str) -> bool {
 
 #[test]
 fn a_finished_workspace_is_reconstructed_and_its_status_agrees() {
-    if litany_or_skip().is_none() {
-        return;
-    }
     let Some(r) = harness::real_workspace() else {
         return;
     };
@@ -308,7 +297,7 @@ fn line_of(text: &str, parts: &[&str]) -> usize {
 
 #[test]
 fn a_live_run_shows_in_status_and_in_tail_f() {
-    let Some(bin) = litany_or_skip() else {
+    let Some(bin) = harness::litany_bin() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -495,9 +484,6 @@ fn a_live_run_shows_in_status_and_in_tail_f() {
 
 #[test]
 fn a_confined_mount_shows_its_agent_and_what_git_shows_of_the_others() {
-    if litany_or_skip().is_none() {
-        return;
-    }
     let Some(r) = harness::real_workspace() else {
         return;
     };

@@ -22,21 +22,10 @@ const S: &str = "20260101T000000Z-0000000b";
 /// An unnamed sender.
 const U: &str = "20260101T000000Z-0000000c";
 
-/// The real binary, from `PATH` or `~/.cargo/bin`. Missing: the test is skipped with a
-/// reason, unless `CI` is set, where that is a failure.
+/// The real binary, 0.0.15 (see [`crate::prereq`]: missing, the test fails unless
+/// `LITANYFS_SKIP` names `litany`).
 fn litany() -> Option<PathBuf> {
-    let found = find_harness(None).or_else(|| {
-        let p = PathBuf::from(std::env::var_os("HOME")?).join(".cargo/bin/litany");
-        p.is_file().then_some(p)
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set but there is no litany binary on PATH or in ~/.cargo/bin"
-        );
-        eprintln!("skipping: no litany binary on PATH or in ~/.cargo/bin");
-    }
-    found
+    crate::prereq::litany()
 }
 
 struct Setup {

@@ -1,28 +1,15 @@
-//! Against the real `litany tool read_tool_output`, where one is
-//! installed: the same page bytes on stdout, the same banner or refusal
-//! on stderr. Without the binary the test says why and passes.
+//! Against the real `litany tool read_tool_output` (0.0.15, found by
+//! [`crate::prereq::litany`]): the same page bytes on stdout, the same
+//! banner or refusal on stderr.
 
 use super::{Rng, ToolOutputRecord, mixed_text};
 use crate::paging::address::Address;
 use crate::paging::reader::{CaptureKey, PageCache, PageError};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 const AGENT: &str = "20261202T094226Z-0122ccc2";
-
-fn litany_binary() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("litany"))
-            .find(|p| p.is_file())
-    });
-    on_path.or_else(|| {
-        let home = std::env::var_os("HOME")?;
-        let p = Path::new(&home).join(".cargo/bin/litany");
-        p.is_file().then_some(p)
-    })
-}
 
 /// What the tool printed: stdout, stderr, and whether it exited 0.
 struct Answer {
@@ -102,8 +89,7 @@ fn write_record(ws: &Path, step: &str, tool: &str, bytes: &[u8]) -> String {
 
 #[test]
 fn pages_and_refusals_match_the_real_tool() {
-    let Some(bin) = litany_binary() else {
-        eprintln!("litany not on PATH or at ~/.cargo/bin/litany: skipping the comparison");
+    let Some(bin) = crate::prereq::litany() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
