@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use common::harness::{self, RealWorkspace};
 use common::mount::{Mounted, eventually};
-use litanyfs::workspace::inbox::pending_sender;
 
 fn real() -> Option<&'static RealWorkspace> {
     harness::real_workspace()
@@ -128,8 +127,7 @@ fn inbox_lists_what_a_drain_would_accept() {
             .filter_map(|e| {
                 let e = e.unwrap();
                 let name = e.file_name().into_string().ok()?;
-                (e.file_type().unwrap().is_file() && pending_sender(&name).is_some())
-                    .then_some(name)
+                (e.file_type().unwrap().is_file() && common::drain::accepts(&name)).then_some(name)
             })
             .collect();
         let got: BTreeSet<String> = std::fs::read_dir(m.path("inbox").join(&id))

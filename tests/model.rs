@@ -43,6 +43,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::drain::{accepts as drain_accepts, seq_of};
 use common::mount::{Mounted, eventually};
 use git2::Oid;
 use litanyfs::fixture::Fixture;
@@ -223,27 +224,6 @@ enum Want {
 }
 
 type View = BTreeMap<String, Want>;
-
-/// The drain's rule (litany's): `<sender>-<u32>.md`, sender non-empty and not a dotfile.
-/// Written independently of `litanyfs::workspace::inbox` on purpose.
-fn drain_accepts(name: &str) -> bool {
-    let Some(stem) = name.strip_suffix(".md") else {
-        return false;
-    };
-    let Some((sender, seq)) = stem.rsplit_once('-') else {
-        return false;
-    };
-    seq.parse::<u32>().is_ok() && !sender.is_empty() && !sender.starts_with('.')
-}
-
-/// The sequence number of `name` if it is one of `sender`'s deposits.
-fn seq_of(name: &str, sender: &str) -> Option<u32> {
-    name.strip_prefix(sender)?
-        .strip_prefix('-')?
-        .strip_suffix(".md")?
-        .parse()
-        .ok()
-}
 
 fn is_component(s: &str) -> bool {
     !s.is_empty() && s != "." && s != ".." && !s.contains(['/', '\\', '\0'])

@@ -57,7 +57,7 @@ fn pending(ws: &Path, id: &str) -> usize {
         .map(|rd| {
             rd.flatten()
                 .filter_map(|e| e.file_name().into_string().ok())
-                .filter(|n| litanyfs::workspace::inbox::pending_sender(n).is_some())
+                .filter(|n| common::drain::accepts(n))
                 .count()
         })
         .unwrap_or(0)
