@@ -57,11 +57,11 @@ mod lru;
 pub mod manual;
 pub mod mount;
 pub mod paging;
-#[doc(hidden)]
-pub mod prereq;
 mod process;
 pub mod records;
 pub mod sentinel;
+#[doc(hidden)]
+pub mod testing;
 pub mod tree;
 pub mod views;
 pub mod watch;

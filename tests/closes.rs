@@ -93,7 +93,7 @@ fn python(script: &str, args: &[&Path]) -> String {
 
 #[test]
 fn a_shell_writing_through_one_descriptor_sends_one_message_at_the_last_close() {
-    if !litanyfs::prereq::programs(&["bash", "dash"]) {
+    if !litanyfs::testing::prereq::programs(&["bash", "dash"]) {
         return;
     }
     let w = workspace();
@@ -177,7 +177,7 @@ fn readers_and_a_second_opener_never_send_a_half_written_message() {
 
 #[test]
 fn a_writer_killed_by_a_signal_sends_nothing() {
-    if !litanyfs::prereq::programs(&["python3"]) {
+    if !litanyfs::testing::prereq::programs(&["python3"]) {
         return;
     }
     let w = workspace();
@@ -288,7 +288,7 @@ fn cat_in_tmux(path: &Path, key: &str) {
 
 #[test]
 fn ctrl_c_on_cat_sends_nothing_and_ctrl_d_sends_the_message() {
-    if !litanyfs::prereq::programs(&["tmux"]) {
+    if !litanyfs::testing::prereq::programs(&["tmux"]) {
         return;
     }
     let w = workspace();
@@ -309,7 +309,7 @@ fn ctrl_c_on_cat_sends_nothing_and_ctrl_d_sends_the_message() {
 
 #[test]
 fn forked_children_and_exec_ed_programs_hold_the_message_until_the_last_close() {
-    if !litanyfs::prereq::programs(&["python3"]) {
+    if !litanyfs::testing::prereq::programs(&["python3"]) {
         return;
     }
     let w = workspace();

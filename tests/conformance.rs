@@ -1,7 +1,7 @@
 //! Conformance of the read-only tree with a workspace the real harness wrote (litany
 //! 0.0.15 driven offline by tests/harness/fake-bz): every rule of the mount, checked with
 //! the ordinary tools against what is on disk and in git. Without litany 0.0.15 they fail,
-//! unless `LITANYFS_SKIP` names `litany` (see `litanyfs::prereq`).
+//! unless `LITANYFS_SKIP` names `litany` (see `litanyfs::testing::prereq`).
 
 mod common;
 

@@ -115,7 +115,7 @@ fn check_writer(
 
 #[test]
 fn every_common_writer_deposits_exactly_once() {
-    if !litanyfs::prereq::programs(&["python3", "tmux", "vim", "nano"]) {
+    if !litanyfs::testing::prereq::programs(&["python3", "tmux", "vim", "nano"]) {
         return;
     }
     let w = workspace();
@@ -277,7 +277,7 @@ fn nano_write(path: &Path, text: &str) {
 
 #[test]
 fn refusals_reach_the_call_that_caused_them() {
-    if !litanyfs::prereq::programs(&["python3"]) {
+    if !litanyfs::testing::prereq::programs(&["python3"]) {
         return;
     }
     let w = workspace();

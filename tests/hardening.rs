@@ -470,7 +470,7 @@ fn kill_and_see_it_cleared(root: &Path, round: &str) {
 #[test]
 fn allow_other_lets_others_read_and_the_kernel_enforce_the_modes() {
     // Acting as another user takes root.
-    if !(litanyfs::prereq::root() && litanyfs::prereq::programs(&["setpriv"])) {
+    if !(litanyfs::testing::prereq::root() && litanyfs::testing::prereq::programs(&["setpriv"])) {
         return;
     }
     let w = workspace();

@@ -1,7 +1,7 @@
 //! Facts about a workspace written by the REAL litany 0.0.15 (driven offline
 //! through `scripts/real-workspace` and `tests/harness/fake-bz`), checked
 //! against CONTRACT §1–§6. Without litany 0.0.15 they fail, unless
-//! `LITANYFS_SKIP` names `litany` (see `litanyfs::prereq`).
+//! `LITANYFS_SKIP` names `litany` (see `litanyfs::testing::prereq`).
 
 mod common;
 

@@ -5,7 +5,7 @@
 //! names a record that exists. Run on the shared workspace and on one built with the
 //! adapter's `rich` scenario (thinking, several text blocks, non-ASCII tool input split
 //! inside an escape, a retried attempt). Without litany 0.0.15 they fail, unless
-//! `LITANYFS_SKIP` names `litany` (see `litanyfs::prereq`).
+//! `LITANYFS_SKIP` names `litany` (see `litanyfs::testing::prereq`).
 
 mod common;
 

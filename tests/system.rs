@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use common::mount::{Mounted, alive, bin, daemon_pid, eventually, installed, is_mounted};
 use common::workspace::Ws;
-use litanyfs::prereq;
+use litanyfs::testing::prereq;
 use litanyfs::workspace::refs::Flavour;
 
 const A: &str = "20261202T094226Z-0122ccc2";
@@ -186,7 +186,7 @@ struct Helper {
 }
 
 impl Helper {
-    /// `None` when the test is to be skipped (see `litanyfs::prereq`): installing
+    /// `None` when the test is to be skipped (see `litanyfs::testing::prereq`): installing
     /// [`HELPER`] and mount(8) itself take root.
     fn install() -> Option<Self> {
         if !(prereq::root() && prereq::programs(&["mount", "umount", "findmnt"])) {

@@ -9,7 +9,7 @@
 //!   and `litany prompt` each show as their events, in order, once each.
 //!
 //! Without litany 0.0.15 they fail, unless `LITANYFS_SKIP` names `litany` (see
-//! `litanyfs::prereq`).
+//! `litanyfs::testing::prereq`).
 
 mod common;
 

@@ -44,7 +44,7 @@ fn watches_in_use() -> usize {
 #[test]
 fn directories_past_the_watch_limit_are_told_once_and_stay_live() {
     // Lowering a sysctl takes root.
-    if !litanyfs::prereq::root() {
+    if !litanyfs::testing::prereq::root() {
         return;
     }
     let was = std::fs::read_to_string(WATCH_LIMIT_SYSCTL)

@@ -22,10 +22,10 @@ const S: &str = "20260101T000000Z-0000000b";
 /// An unnamed sender.
 const U: &str = "20260101T000000Z-0000000c";
 
-/// The real binary, 0.0.15 (see [`crate::prereq`]: missing, the test fails unless
+/// The real binary, 0.0.15 (see [`crate::testing::prereq`]: missing, the test fails unless
 /// `LITANYFS_SKIP` names `litany`).
 fn litany() -> Option<PathBuf> {
-    crate::prereq::litany()
+    crate::testing::prereq::litany()
 }
 
 struct Setup {

@@ -2,7 +2,7 @@
 //! conformance tests can compare litanyfs with what the real harness writes.
 //!
 //! * [`litany_bin`] finds the binary (`$LITANY_BIN`, else `litany` on `PATH`,
-//!   else `~/.cargo/bin/litany`) and checks its version ([`litanyfs::prereq`]).
+//!   else `~/.cargo/bin/litany`) and checks its version ([`litanyfs::testing::prereq`]).
 //! * [`real_workspace`] runs `scripts/real-workspace` into a temporary
 //!   directory once per test process and parses its `KEY=VALUE` summary.
 //!   Without a usable binary the test fails, unless `LITANYFS_SKIP` names
@@ -45,11 +45,11 @@ pub fn fake_bz_path() -> PathBuf {
     crate_root().join("tests").join("harness").join("fake-bz")
 }
 
-/// The pinned litany binary (see [`litanyfs::prereq::litany`]): a test without one
+/// The pinned litany binary (see [`litanyfs::testing::prereq::litany`]): a test without one
 /// fails, unless `LITANYFS_SKIP` names `litany`, where this is `None` and the skip is
 /// counted.
 pub fn litany_bin() -> Option<PathBuf> {
-    litanyfs::prereq::litany()
+    litanyfs::testing::prereq::litany()
 }
 
 // ---------------------------------------------------------------------------

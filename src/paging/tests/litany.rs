@@ -1,5 +1,5 @@
 //! Against the real `litany tool read_tool_output` (0.0.15, found by
-//! [`crate::prereq::litany`]): the same page bytes on stdout, the same
+//! [`crate::testing::prereq::litany`]): the same page bytes on stdout, the same
 //! banner or refusal on stderr.
 
 use super::{Rng, ToolOutputRecord, mixed_text};
@@ -89,7 +89,7 @@ fn write_record(ws: &Path, step: &str, tool: &str, bytes: &[u8]) -> String {
 
 #[test]
 fn pages_and_refusals_match_the_real_tool() {
-    let Some(bin) = crate::prereq::litany() else {
+    let Some(bin) = crate::testing::prereq::litany() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -296,7 +296,7 @@ fn corpus_shapes() -> Vec<String> {
 #[test]
 fn the_grammar_agrees_with_the_real_tool_on_every_corpus_shape() {
     use super::address::{ODD_BUT_LEGAL, REFUSED, litany_parse};
-    let Some(bin) = crate::prereq::litany() else {
+    let Some(bin) = crate::testing::prereq::litany() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
