@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use common::harness::{self, InboxLock, RealWorkspace};
 use common::mount::{Mounted, eventually};
+use litanyfs::testing::wait::wait_for;
 use serde_json::Value;
 
 /// How long anything asynchronous may take before the test fails (generous: the
@@ -76,20 +77,23 @@ fn step_dirs(ws: &Path, id: &str) -> Vec<String> {
     v
 }
 
-/// Waits until history has been logged (the log stops being empty and stops growing).
+/// Waits until the history has been logged: the daemon says so once it has appended it
+/// (`events: N events reconstructed from the records`).
 fn settled_events(m: &Mounted) -> Vec<Value> {
-    assert!(
-        eventually(DEADLINE, || std::fs::metadata(m.path("events"))
-            .is_ok_and(|md| md.len() > 0)),
-        "no events: {}",
-        m.log_text()
+    // Reading the events starts the follower, which starts the history.
+    wait_for(
+        || std::fs::metadata(m.path("events")).is_ok_and(|md| md.len() > 0),
+        DEADLINE,
+        "the first events",
     );
-    let mut last = 0;
-    assert!(eventually(DEADLINE, || {
-        std::thread::sleep(Duration::from_millis(300));
-        let now = std::fs::metadata(m.path("events")).map_or(0, |md| md.len());
-        std::mem::replace(&mut last, now) == now
-    }));
+    wait_for(
+        || {
+            m.log_text()
+                .contains(" events reconstructed from the records")
+        },
+        DEADLINE,
+        "the history to be logged",
+    );
     ndjson(m)
 }
 
