@@ -23,16 +23,20 @@ pub fn wait_for(cond: impl FnMut() -> bool, deadline: Duration, what: &str) {
 /// `deadline` passes first.
 #[track_caller]
 pub fn wait_for_some<T>(mut probe: impl FnMut() -> Option<T>, deadline: Duration, what: &str) -> T {
-    let mut got = None;
-    wait_for(
-        || {
-            got = probe();
-            got.is_some()
-        },
-        deadline,
-        what,
-    );
-    got.expect("the probe gave a value")
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        if Instant::now() >= end {
+            // Looked at once more after the deadline, as `within` does.
+            match probe() {
+                Some(v) => return v,
+                None => panic!("timed out after {deadline:?} waiting for {what}"),
+            }
+        }
+        std::thread::sleep(POLL);
+    }
 }
 
 /// Whether `cond` holds within `deadline` (polled; looked at once more after the
