@@ -40,6 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
     let first = cache.page(&file, key, &base)?;
     let index = t.elapsed();
+    let index_bytes = cache.used_bytes();
     let total = first.len;
     let mut seed = 7u64;
     let mut took: Vec<Duration> = Vec::with_capacity(pages);
@@ -59,7 +60,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     took.sort();
     let at = |q: usize| took.get(q * took.len() / 100).copied().unwrap_or_default();
     println!(
-        "{mib} MiB capture, a checkpoint every {interval} bytes ({total} decoded bytes): index {index:?}; {pages} pages ({bytes} bytes): mean {:?}, median {:?}, p10 {:?}, p90 {:?}",
+        "{mib} MiB capture, a checkpoint every {interval} bytes ({total} decoded bytes): index {index:?}, {index_bytes} bytes held; {pages} pages ({bytes} bytes): mean {:?}, median {:?}, p10 {:?}, p90 {:?}",
         sum / pages as u32,
         at(50),
         at(10),

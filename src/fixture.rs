@@ -83,7 +83,23 @@ impl Fixture {
 
     /// Commits `tree` on `refname`, on top of its current tip if it has one.
     pub fn commit(&self, refname: &str, tree: Oid, message: &str) -> Result<Oid> {
-        let sig = self.signature()?;
+        self.commit_as(refname, tree, message, self.signature()?)
+    }
+
+    /// [`Fixture::commit`] with the commit time `secs` (since the epoch, UTC), for tests
+    /// that check a time shown: they can expect a literal, not the clock at the moment.
+    pub fn commit_at(&self, refname: &str, tree: Oid, message: &str, secs: i64) -> Result<Oid> {
+        let sig = Signature::new("litany", "litany@localhost", &git2::Time::new(secs, 0))?;
+        self.commit_as(refname, tree, message, sig)
+    }
+
+    fn commit_as(
+        &self,
+        refname: &str,
+        tree: Oid,
+        message: &str,
+        sig: Signature<'_>,
+    ) -> Result<Oid> {
         let tree = self.repo.find_tree(tree)?;
         let parent = self
             .repo

@@ -61,6 +61,8 @@ pub mod paging;
 mod process;
 pub mod records;
 pub mod sentinel;
+#[doc(hidden)]
+pub mod testing;
 pub mod tree;
 pub mod views;
 pub mod watch;

@@ -9,11 +9,12 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::mount::{Mounted, alive, eventually, is_mounted};
 use common::workspace::Ws;
 use litanyfs::fixture::Fixture;
+use litanyfs::testing::wait::wait_for;
 use litanyfs::workspace::refs::Flavour;
 
 const A: &str = "20261202T094226Z-0122ccc2";
@@ -469,6 +470,10 @@ fn kill_and_see_it_cleared(root: &Path, round: &str) {
 
 #[test]
 fn allow_other_lets_others_read_and_the_kernel_enforce_the_modes() {
+    // Acting as another user takes root.
+    if !(litanyfs::testing::prereq::root() && litanyfs::testing::prereq::programs(&["setpriv"])) {
+        return;
+    }
     let w = workspace();
     let m = Mounted::with_args(w.f.root(), &["--allow-other", "--no-wake"]);
     let opts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
@@ -551,38 +556,112 @@ fn floods_of_garbage_lookups_do_not_grow_memory() {
     );
 }
 
+/// A bind mount, detached when dropped.
+struct Bind(std::path::PathBuf);
+
+impl Drop for Bind {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A stopped process, continued when dropped.
+struct Stopped(i32);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: continuing the daemon this test stopped.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+/// The threads of `pid` that wait for a FUSE filesystem's answer: (tid, name).
+fn waiting_on_fuse(pid: i32) -> Vec<(String, String)> {
+    // `request_wait_answer` (fs/fuse/dev.c) is where a caller sleeps until the FUSE
+    // daemon replies.
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("wchan"))
+                .is_ok_and(|w| w.starts_with("request_wait_answer"))
+        })
+        .map(|t| {
+            let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            (
+                t.file_name().to_string_lossy().into_owned(),
+                name.trim_end().to_string(),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn a_slow_reader_does_not_stall_a_listing_in_another_shell() {
-    let w = workspace();
-    // A 100 MB capture: its first page costs a full parse.
-    let big = "x".repeat(100 << 20);
-    let rec = Fixture::tool_output(&big, "", 0);
-    drop(big);
-    w.f.step(A, 9, &[("tools/toolu_big/output.json", &rec)])
+    // A read the daemon cannot finish until the test lets it: the record lives on a
+    // second litanyfs mount, bind-mounted into the first one's backing step, whose daemon
+    // the test stops. While the first daemon waits on it for the reader, listings in
+    // another shell must be answered; once the second daemon goes on, so does the read.
+    if !(litanyfs::testing::prereq::root() && litanyfs::testing::prereq::programs(&["mount"])) {
+        return;
+    }
+    const DEADLINE: Duration = Duration::from_secs(20);
+    let inner = Ws::new(Flavour::Litany);
+    inner.f.agent(B, None, &[]).unwrap();
+    let rec = Fixture::tool_output(&"x".repeat(10_000), "", 0);
+    inner
+        .f
+        .step(B, 1, &[("tools/toolu_big/output.json", &rec)])
         .unwrap();
-    drop(rec);
+    let slow_fs = Mounted::with_args(inner.f.root(), &["--no-wake"]);
+    let w = workspace();
+    let step = w.f.root().join(format!("steps/{A}/009"));
+    std::fs::create_dir_all(&step).unwrap();
+    let bound = Command::new("mount")
+        .arg("--bind")
+        .arg(slow_fs.path(&format!("steps/{B}/001")))
+        .arg(&step)
+        .status()
+        .unwrap();
+    assert!(bound.success(), "mount --bind");
+    let _bind = Bind(step.clone());
     let m = Mounted::with_args(w.f.root(), &["--no-wake"]);
     let page = m.path(&format!(
-        "steps/{A}/009/tools/toolu_big/output.json#stdout@52428800"
+        "steps/{A}/009/tools/toolu_big/output.json#stdout@4096"
     ));
-    let slow = std::thread::spawn(move || {
-        let t = Instant::now();
-        let bytes = std::fs::read(&page).unwrap();
-        (t.elapsed(), bytes.len())
-    });
-    std::thread::sleep(Duration::from_millis(20));
-    let t = Instant::now();
-    let listed = names(&m.path(&format!("steps/{B}/001")));
-    let marks = names(&m.path("marks"));
-    let ls_took = t.elapsed();
-    let (slow_took, len) = slow.join().unwrap();
-    assert_eq!(len, 4096);
-    assert!(listed.contains("request.json") && marks.is_empty());
-    // The listings finished while the slow page was still being parsed.
-    assert!(
-        ls_took < slow_took,
-        "ls took {ls_took:?}, the slow read {slow_took:?}"
+    let daemon = m.daemon_pid().unwrap();
+    let slow_daemon = slow_fs.daemon_pid().unwrap();
+    // SAFETY: stopping the daemon of this test's own second mount.
+    assert_eq!(unsafe { libc::kill(slow_daemon, libc::SIGSTOP) }, 0);
+    let stopped = Stopped(slow_daemon);
+    let slow = std::thread::spawn(move || std::fs::read(&page).map(|b| b.len()));
+    // A request thread (fuser names them `fuser-<n>`) waits on the stopped mount: the
+    // slow read is in the daemon. (Its events thread may wait there too.)
+    wait_for(
+        || {
+            waiting_on_fuse(daemon)
+                .iter()
+                .any(|(_, name)| name.starts_with("fuser-"))
+        },
+        DEADLINE,
+        "a request thread of the daemon to wait on the stopped mount",
     );
+    let (b, marks) = (m.path(&format!("steps/{B}/001")), m.path("marks"));
+    let listing = std::thread::spawn(move || (names(&b), names(&marks)));
+    wait_for(
+        || listing.is_finished(),
+        DEADLINE,
+        "the listings in another shell while the slow read is held",
+    );
+    let (listed, marks) = listing.join().unwrap();
+    assert!(listed.contains("request.json") && marks.is_empty());
+    assert!(
+        !slow.is_finished(),
+        "the slow read ended with its source stopped"
+    );
+    drop(stopped);
+    assert_eq!(slow.join().unwrap().unwrap(), 4096);
 }
 
 /// A stand-in harness: records its argv and working directory in `<record>.<pid>` and

@@ -351,6 +351,30 @@ fn inbox_shows_pending_deposits_only() {
         std::fs::read(m.path(&format!("inbox/{A}/user-001.md"))).unwrap(),
         b"---\nfrom: user\ndeposited_at: 2026-12-02T09:42:51Z\n---\nfirst"
     );
+    // Every shape of name CONTRACT §3.6 speaks of, in another inbox: the drain takes
+    // `<sender>-<u32>.md` with a sender neither empty nor dotted, nothing else.
+    for name in [
+        "user-7.md",
+        "user-+8.md",
+        "user-0009.md",
+        "p1-abc-001.md",
+        ".user-001.md",
+        ".p1-abc-002.md",
+        "-003.md",
+        "user004.md",
+        "user-abc.md",
+        "user-.md",
+        "user-4294967296.md",
+        "user-005.md.tmp",
+        ".user-006.md.tmp",
+        "user-007.txt",
+        "4913",
+    ] {
+        w.f.inbox_file(B, name, b"---\nfrom: user\n---\nx").unwrap();
+    }
+    std::fs::create_dir(w.f.inbox(B).join("user-010.md")).unwrap();
+    assert!(eventually(LIVE, || ls(&m.path(&format!("inbox/{B}")))
+        == ["p1-abc-001.md", "user-+8.md", "user-0009.md", "user-7.md"]));
 }
 
 #[test]

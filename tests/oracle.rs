@@ -1,7 +1,7 @@
 //! Facts about a workspace written by the REAL litany 0.0.15 (driven offline
 //! through `scripts/real-workspace` and `tests/harness/fake-bz`), checked
-//! against CONTRACT §1–§6. These tests skip (with a note on stderr) when no
-//! pinned litany is installed, and fail under CI in that case.
+//! against CONTRACT §1–§6. Without litany 0.0.15 they fail, unless
+//! `LITANYFS_SKIP` names `litany` (see `litanyfs::testing::prereq`).
 
 mod common;
 
@@ -11,7 +11,7 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::time::Duration;
 
-/// The shared workspace, or return from the test (skip) without one.
+/// The shared workspace, or return from the test when litany is skipped.
 macro_rules! oracle {
     () => {
         match harness::real_workspace() {

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use common::mount::{Mounted, alive, bin, daemon_pid, eventually, installed, is_mounted};
 use common::workspace::Ws;
+use litanyfs::testing::prereq;
 use litanyfs::workspace::refs::Flavour;
 
 const A: &str = "20261202T094226Z-0122ccc2";
@@ -185,13 +186,13 @@ struct Helper {
 }
 
 impl Helper {
-    fn install() -> Self {
+    /// `None` when the test is to be skipped (see `litanyfs::testing::prereq`): installing
+    /// [`HELPER`] and mount(8) itself take root.
+    fn install() -> Option<Self> {
+        if !(prereq::root() && prereq::programs(&["mount", "umount", "findmnt"])) {
+            return None;
+        }
         let lock = HELPER_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        assert_eq!(
-            unsafe { libc::geteuid() },
-            0,
-            "mount(8) tests need root (they install {HELPER})"
-        );
         if installed() {
             let link = std::fs::read_link(HELPER)
                 .unwrap_or_else(|e| panic!("the package's {HELPER}: {e}"));
@@ -202,11 +203,11 @@ impl Helper {
                 link.display(),
                 bin()
             );
-            return Self {
+            return Some(Self {
                 made: false,
                 saved: None,
                 _lock: lock,
-            };
+            });
         }
         let saved = std::fs::symlink_metadata(HELPER).is_ok().then(|| {
             let aside = PathBuf::from(format!("{HELPER}.litanyfs-test-saved"));
@@ -214,11 +215,11 @@ impl Helper {
             aside
         });
         std::os::unix::fs::symlink(bin(), HELPER).unwrap();
-        Self {
+        Some(Self {
             made: true,
             saved,
             _lock: lock,
-        }
+        })
     }
 }
 
@@ -285,7 +286,9 @@ fn mountpoint(t: &Path) -> SysMount {
 
 #[test]
 fn an_fstab_line_mounts_with_its_options_and_umount_unmounts() {
-    let _helper = Helper::install();
+    let Some(_helper) = Helper::install() else {
+        return;
+    };
     let w = workspace();
     let t = tempfile::tempdir().unwrap();
     let m = mountpoint(t.path());
@@ -303,8 +306,9 @@ fn an_fstab_line_mounts_with_its_options_and_umount_unmounts() {
     )
     .unwrap();
     // mount(8) gives its helper no PATH and no HOME: the default log is where a login's
-    // would be.
-    let home = litanyfs::helper::passwd_home().expect("a home in the password database");
+    // would be, the home the password database gives this user (asked of getent, not of
+    // the code under test).
+    let home = passwd_home_of_euid();
     let name = m
         .mnt
         .to_string_lossy()
@@ -375,6 +379,19 @@ fn an_fstab_line_mounts_with_its_options_and_umount_unmounts() {
     assert!(eventually(Duration::from_secs(5), || !alive(pid)));
 }
 
+/// This user's home directory in the password database, as `getent passwd` reads it.
+fn passwd_home_of_euid() -> PathBuf {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let out = run(Command::new("getent").arg("passwd").arg(uid.to_string()));
+    assert!(out.status.success(), "getent passwd {uid}: {out:?}");
+    // name:password:uid:gid:gecos:home:shell
+    let line = text(&out.stdout);
+    let home = line.trim_end().split(':').nth(5).unwrap_or_default();
+    assert!(home.starts_with('/'), "getent passwd {uid}: {line:?}");
+    PathBuf::from(home)
+}
+
 /// Removes a file when dropped.
 struct Removed(PathBuf);
 
@@ -390,6 +407,9 @@ fn mount_fuse3_runs_litanyfs_with_the_o_list() {
     // on PATH; mount(8) would give it none, so it is called here directly. The installed
     // package's binary is found on the system's PATH alone; this build's through a
     // directory put first.
+    if !prereq::programs(&["mount.fuse3", "umount", "findmnt"]) {
+        return;
+    }
     let w = workspace();
     let t = tempfile::tempdir().unwrap();
     let m = mountpoint(t.path());
@@ -420,7 +440,9 @@ fn mount_fuse3_runs_litanyfs_with_the_o_list() {
 
 #[test]
 fn mount_refusals_are_one_line_each_and_mount_nothing() {
-    let _helper = Helper::install();
+    let Some(_helper) = Helper::install() else {
+        return;
+    };
     let w = workspace();
     let t = tempfile::tempdir().unwrap();
     let m = mountpoint(t.path());

@@ -8,32 +8,25 @@
 //!   a slow model call (`in-flight`) ended by `litany stop` (`failed`), `litany dispatch`
 //!   and `litany prompt` each show as their events, in order, once each.
 //!
-//! Skips with a reason only where litany cannot be found, and never under CI.
+//! Without litany 0.0.15 they fail, unless `LITANYFS_SKIP` names `litany` (see
+//! `litanyfs::testing::prereq`).
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::harness::{self, InboxLock, RealWorkspace};
 use common::mount::{Mounted, eventually};
+use litanyfs::testing::wait::wait_for;
 use serde_json::Value;
 
 /// How long anything asynchronous may take before the test fails (generous: the
 /// machine may be busy; this is no performance assertion).
 const DEADLINE: Duration = Duration::from_secs(20);
-
-fn litany_or_skip() -> Option<PathBuf> {
-    let bin = harness::litany_bin();
-    if bin.is_none() {
-        assert!(!harness::in_ci(), "CI must have litany");
-        eprintln!("skipped: no litany 0.0.15");
-    }
-    bin
-}
 
 fn read(m: &Mounted, rel: &str) -> String {
     String::from_utf8(std::fs::read(m.path(rel)).expect(rel)).expect("UTF-8")
@@ -65,7 +58,7 @@ fn pending(ws: &Path, id: &str) -> usize {
         .map(|rd| {
             rd.flatten()
                 .filter_map(|e| e.file_name().into_string().ok())
-                .filter(|n| litanyfs::workspace::inbox::pending_sender(n).is_some())
+                .filter(|n| common::drain::accepts(n))
                 .count()
         })
         .unwrap_or(0)
@@ -84,20 +77,23 @@ fn step_dirs(ws: &Path, id: &str) -> Vec<String> {
     v
 }
 
-/// Waits until history has been logged (the log stops being empty and stops growing).
+/// Waits until the history has been logged: the daemon says so once it has appended it
+/// (`events: N events reconstructed from the records`).
 fn settled_events(m: &Mounted) -> Vec<Value> {
-    assert!(
-        eventually(DEADLINE, || std::fs::metadata(m.path("events"))
-            .is_ok_and(|md| md.len() > 0)),
-        "no events: {}",
-        m.log_text()
+    // Reading the events starts the follower, which starts the history.
+    wait_for(
+        || std::fs::metadata(m.path("events")).is_ok_and(|md| md.len() > 0),
+        DEADLINE,
+        "the first events",
     );
-    let mut last = 0;
-    assert!(eventually(DEADLINE, || {
-        std::thread::sleep(Duration::from_millis(300));
-        let now = std::fs::metadata(m.path("events")).map_or(0, |md| md.len());
-        std::mem::replace(&mut last, now) == now
-    }));
+    wait_for(
+        || {
+            m.log_text()
+                .contains(" events reconstructed from the records")
+        },
+        DEADLINE,
+        "the history to be logged",
+    );
     ndjson(m)
 }
 
@@ -109,9 +105,6 @@ fn has(events: &[Value], kind: &str, agent: &str, path: &str) -> bool {
 
 #[test]
 fn a_finished_workspace_is_reconstructed_and_its_status_agrees() {
-    if litany_or_skip().is_none() {
-        return;
-    }
     let Some(r) = harness::real_workspace() else {
         return;
     };
@@ -308,7 +301,7 @@ fn line_of(text: &str, parts: &[&str]) -> usize {
 
 #[test]
 fn a_live_run_shows_in_status_and_in_tail_f() {
-    let Some(bin) = litany_or_skip() else {
+    let Some(bin) = harness::litany_bin() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -495,9 +488,6 @@ fn a_live_run_shows_in_status_and_in_tail_f() {
 
 #[test]
 fn a_confined_mount_shows_its_agent_and_what_git_shows_of_the_others() {
-    if litany_or_skip().is_none() {
-        return;
-    }
     let Some(r) = harness::real_workspace() else {
         return;
     };

@@ -144,16 +144,28 @@ mod tests {
 
     #[test]
     fn clock_matches_the_system_date() {
+        // One sample of the clock, formatted by us and by date(1).
+        let secs = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
         let out = std::process::Command::new("date")
-            .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+            .args(["-u", "-d", &format!("@{secs}"), "+%Y-%m-%dT%H:%M:%SZ"])
             .output()
             .unwrap();
-        let before = now_utc();
+        assert!(out.status.success(), "{out:?}");
         let date = String::from_utf8(out.stdout).unwrap();
-        let after = now_utc();
-        let date = date.trim();
-        assert!(before.as_str() <= date && date <= after.as_str() || before == date);
-        assert_eq!(before.len(), 20);
+        assert_eq!(format_utc(secs as i64), date.trim());
+        // now_utc() reads that clock: it lies between two samples of it taken around
+        // it (the format sorts as the time does).
+        let sample = || {
+            let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+            format_utc(d.as_secs() as i64)
+        };
+        let before = sample();
+        let now = now_utc();
+        let after = sample();
+        assert!(before <= now && now <= after, "{before} {now} {after}");
     }
 
     #[test]

@@ -36,6 +36,7 @@ use std::fs::{File, Metadata};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Decoded bytes between checkpoints. At 16 bytes a checkpoint, an index
@@ -360,6 +361,8 @@ pub struct PageCache {
     /// shares: a refusal names no file, so a run of captures refused for one reason (a
     /// harness of another shape wrote them all) costs one message, not one each.
     last_refusal: Mutex<Option<Arc<str>>>,
+    /// Passes made over captures (see [`PageCache::passes`]).
+    passes: AtomicU64,
 }
 
 impl PageCache {
@@ -378,6 +381,7 @@ impl PageCache {
             lru: Mutex::new(Lru::default()),
             recent: Mutex::new(Default::default()),
             last_refusal: Mutex::new(None),
+            passes: AtomicU64::new(0),
         }
     }
 
@@ -394,6 +398,12 @@ impl PageCache {
     /// Captures currently held.
     pub fn entries(&self) -> usize {
         self.lru.lock().len()
+    }
+
+    /// How many passes over a capture the cache has made since it was made: one per
+    /// capture it was asked about and did not hold (the tests hold it to one per key).
+    pub fn passes(&self) -> u64 {
+        self.passes.load(Ordering::Relaxed)
     }
 
     /// Decoded bytes between checkpoints.
@@ -420,7 +430,10 @@ impl PageCache {
             .lru
             .lock()
             .get_or_insert_with(key, CELL_BYTES, Cell::default);
-        let outcome = cell.get_or_init(|| self.shared(Outcome::of(file, self.interval)));
+        let outcome = cell.get_or_init(|| {
+            self.passes.fetch_add(1, Ordering::Relaxed);
+            self.shared(Outcome::of(file, self.interval))
+        });
         {
             let mut lru = self.lru.lock();
             // Unless the entry was evicted or replaced meanwhile; an I/O failure is

@@ -848,3 +848,34 @@ fn a_cut_message_goes_unsent_at_its_last_close_with_the_refusal() {
     assert!(!names(&tree, &format!("inbox/{A}")).contains(&"big".to_string()));
     assert!(sent(&f).is_empty());
 }
+
+/// Under `--agent`, another agent's capture or record view is refused by its own layer,
+/// not only by the walk that reaches it: a node is also named directly (the kernel asks
+/// about an inode it was handed earlier, by number).
+#[test]
+fn a_confined_view_refuses_another_agents_capture_at_every_layer() {
+    let (_t, f, tree) = setup(Flavour::Litany);
+    let out = Fixture::tool_output("a's output", "", 0);
+    f.step(A, 2, &[("tools/toolu_2/output.json", &out)])
+        .unwrap();
+    let confined = Tree::new(Workspace::open(f.root()).unwrap())
+        .unwrap()
+        .confined_to(B);
+    for name in ["output.json#stdout@0", "stdout"] {
+        let path = format!("steps/{A}/002/tools/toolu_2/{name}");
+        let (node, _) = resolve(&tree, &path).unwrap();
+        assert!(resolve(&confined, &path).is_err(), "{path}");
+        let e = confined.getattr(&node).unwrap_err();
+        assert_eq!(e.errno(), libc::ENOENT, "{path}");
+    }
+    // The record views, the transcript (read from git, not the backing tree) among them.
+    for path in [
+        format!("steps/{A}/transcript.md"),
+        format!("steps/{A}/latest"),
+    ] {
+        let (node, _) = resolve(&tree, &path).unwrap();
+        assert!(resolve(&confined, &path).is_err(), "{path}");
+        let e = confined.getattr(&node).unwrap_err();
+        assert_eq!(e.errno(), libc::ENOENT, "{path}");
+    }
+}

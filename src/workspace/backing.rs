@@ -690,14 +690,18 @@ mod tests {
 
     #[test]
     fn never_follows_symlinks() {
-        let t = tempfile::tempdir().unwrap();
+        let top = tempfile::tempdir().unwrap();
+        let root = top.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        // A file beside the root, which `../x` from it names.
+        std::fs::write(top.path().join("x"), b"beside the root").unwrap();
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret"), b"s").unwrap();
-        std::fs::create_dir(t.path().join("d")).unwrap();
-        std::fs::write(t.path().join("d/f"), b"hello").unwrap();
-        symlink(outside.path(), t.path().join("escape")).unwrap();
-        symlink(outside.path().join("secret"), t.path().join("d/link")).unwrap();
-        let b = Backing::open(t.path()).unwrap();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::fs::write(root.join("d/f"), b"hello").unwrap();
+        symlink(outside.path(), root.join("escape")).unwrap();
+        symlink(outside.path().join("secret"), root.join("d/link")).unwrap();
+        let b = Backing::open(&root).unwrap();
 
         assert!(b.lstat(Path::new("d/f")).unwrap().is_file());
         assert_eq!(b.lstat(Path::new("d/f")).unwrap().size, 5);
@@ -706,7 +710,15 @@ mod tests {
         assert!(b.lstat(Path::new("escape/secret")).is_err());
         assert!(b.open_file(Path::new("d/link")).is_err());
         assert!(b.open_file(Path::new("escape/secret")).is_err());
-        assert!(b.open_file(Path::new("../x")).is_err());
+        // `..` is refused before anything is opened (EXDEV, as RESOLVE_BENEATH says it),
+        // though what it names exists.
+        assert!(root.join("../x").is_file());
+        for e in [
+            b.open_file(Path::new("../x")).unwrap_err(),
+            b.lstat(Path::new("../x")).unwrap_err(),
+        ] {
+            assert_eq!(e.raw_os_error(), Some(libc::EXDEV), "{e}");
+        }
         assert!(b.list(Path::new("escape")).is_err());
         assert_eq!(
             b.readlink(Path::new("d/link")).unwrap(),

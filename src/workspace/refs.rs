@@ -418,6 +418,17 @@ impl Refs {
         Ok(snapshot)
     }
 
+    /// Dates the cached snapshot: taken at `taken`, last checked at `checked`. The tests
+    /// of the ageing rules use this instead of sleeping past an age and hoping nothing
+    /// in between (a git commit on a busy machine) took longer than another.
+    #[cfg(test)]
+    fn date_cached(&self, taken: Instant, checked: Instant) {
+        let mut cache = self.cache.lock();
+        let c = cache.as_mut().expect("a cached snapshot to date");
+        c.taken = taken;
+        c.checked = checked;
+    }
+
     /// Marks the cached snapshot stale, so the next read sees the refs as they are now.
     pub fn invalidate(&self) {
         if let Some(c) = self.cache.lock().as_mut() {
@@ -829,19 +840,34 @@ mod tests {
         f.agent("a1", None, &[]).unwrap();
         let refs = Refs::open(&f.root().join("repo.git")).unwrap();
         refs.set_watched(true);
+        // Times far enough out that the test's own slowness cannot reach them.
+        let hour = Duration::from_secs(3600);
+        let fresh = || Instant::now() + hour;
+        let aged = || Instant::now().checked_sub(SNAPSHOT_MAX_AGE).unwrap();
         let s1 = refs.snapshot().unwrap();
-        std::thread::sleep(SNAPSHOT_MAX_AGE + Duration::from_millis(50));
+        // Checked SNAPSHOT_MAX_AGE ago: checked again, and kept, as nothing changed.
+        refs.date_cached(fresh(), aged());
         let s2 = refs.snapshot().unwrap();
         assert!(Arc::ptr_eq(&s1, &s2), "rebuilt though nothing changed");
         // A new agent, and no invalidate (as if the watch lost the event).
         f.agent("a2", None, &[]).unwrap();
+        refs.date_cached(fresh(), fresh());
         assert!(
             Arc::ptr_eq(&refs.snapshot().unwrap(), &s2),
-            "checked too early"
+            "checked before it was SNAPSHOT_MAX_AGE old"
         );
-        std::thread::sleep(SNAPSHOT_MAX_AGE + Duration::from_millis(50));
+        refs.date_cached(fresh(), aged());
         let s3 = refs.snapshot().unwrap();
         assert!(s3.agents.contains_key("a2"), "{:?}", s3.agents);
+        // Unwatched, a snapshot older than SNAPSHOT_MAX_AGE is re-read even when its
+        // fingerprint is unchanged (two updates may share a timestamp tick).
+        refs.set_watched(false);
+        let s4 = refs.snapshot().unwrap();
+        refs.date_cached(aged(), fresh());
+        assert!(
+            !Arc::ptr_eq(&refs.snapshot().unwrap(), &s4),
+            "kept past its age"
+        );
     }
 
     /// Blobs are shared while held and refused past the bound from their header; walks

@@ -2,13 +2,12 @@
 //! conformance tests can compare litanyfs with what the real harness writes.
 //!
 //! * [`litany_bin`] finds the binary (`$LITANY_BIN`, else `litany` on `PATH`,
-//!   else `~/.cargo/bin/litany`) and checks its version.
+//!   else `~/.cargo/bin/litany`) and checks its version ([`litanyfs::testing::prereq`]).
 //! * [`real_workspace`] runs `scripts/real-workspace` into a temporary
 //!   directory once per test process and parses its `KEY=VALUE` summary.
-//!   Without a usable binary it returns `None` (reason on stderr), except
-//!   under CI (`$CI` set and not `false`/`0`), where it panics: CI must run
-//!   the conformance tests, never skip them. A script that fails always
-//!   panics. The directory is removed at process exit unless
+//!   Without a usable binary the test fails, unless `LITANYFS_SKIP` names
+//!   `litany`: then it is `None`, and the skip is counted. A script that
+//!   fails always panics. The directory is removed at process exit unless
 //!   `$LITANY_ORACLE_KEEP` is set.
 //! * [`read_tool_output`] and [`litany_message`] call the oracle verbs.
 //! * [`marker_addresses`] lists every `read_tool_output` address the harness
@@ -28,9 +27,6 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// The litany version this oracle is written against (CONTRACT header).
-pub const LITANY_VERSION: &str = "0.0.15";
-
 /// `read_tool_output`'s page size (CONTRACT §5.3).
 pub const PAGE_BYTES: usize = 4096;
 
@@ -49,84 +45,11 @@ pub fn fake_bz_path() -> PathBuf {
     crate_root().join("tests").join("harness").join("fake-bz")
 }
 
-/// Is this a CI run (where skipping the oracle is a failure)?
-pub fn in_ci() -> bool {
-    match std::env::var_os("CI") {
-        None => false,
-        Some(v) => !(v.is_empty() || v == "0" || v.eq_ignore_ascii_case("false")),
-    }
-}
-
-// ---------------------------------------------------------------------------
-// The binary
-// ---------------------------------------------------------------------------
-
-/// The pinned litany binary, or `None` when there is none. The reason is on
-/// stderr (once per process).
+/// The pinned litany binary (see [`litanyfs::testing::prereq::litany`]): a test without one
+/// fails, unless `LITANYFS_SKIP` names `litany`, where this is `None` and the skip is
+/// counted.
 pub fn litany_bin() -> Option<PathBuf> {
-    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    match BIN.get_or_init(find_litany) {
-        Ok(p) => Some(p.clone()),
-        Err(reason) => {
-            static SAID: OnceLock<()> = OnceLock::new();
-            SAID.get_or_init(|| eprintln!("oracle: litany unavailable: {reason}"));
-            None
-        }
-    }
-}
-
-/// Why [`litany_bin`] found nothing, or the path it found.
-pub fn litany_bin_or_reason() -> Result<PathBuf, String> {
-    find_litany()
-}
-
-fn find_litany() -> Result<PathBuf, String> {
-    if let Some(explicit) = std::env::var_os("LITANY_BIN").filter(|v| !v.is_empty()) {
-        // An explicit choice is honoured or refused, never silently replaced.
-        return check_version(Path::new(&explicit)).map_err(|e| format!("$LITANY_BIN: {e}"));
-    }
-    let mut candidates = Vec::new();
-    if let Some(path) = std::env::var_os("PATH") {
-        candidates.extend(std::env::split_paths(&path).map(|d| d.join("litany")));
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        candidates.push(Path::new(&home).join(".cargo/bin/litany"));
-    }
-    let mut seen = Vec::new();
-    for c in candidates.into_iter().filter(|c| c.is_file()) {
-        match check_version(&c) {
-            Ok(p) => return Ok(p),
-            Err(e) => seen.push(e),
-        }
-    }
-    if seen.is_empty() {
-        Err(format!(
-            "no litany on $LITANY_BIN, PATH or ~/.cargo/bin \
-             (cargo install litany --version {LITANY_VERSION} --locked)"
-        ))
-    } else {
-        Err(seen.join("; "))
-    }
-}
-
-fn check_version(bin: &Path) -> Result<PathBuf, String> {
-    let out = Command::new(bin)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{}: {e}", bin.display()))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    // `litany 0.0.15 (brazen 0.0.19)`
-    let version = text.split_whitespace().nth(1).unwrap_or("");
-    if out.status.success() && version == LITANY_VERSION {
-        Ok(std::fs::canonicalize(bin).unwrap_or_else(|_| bin.to_path_buf()))
-    } else {
-        Err(format!(
-            "{} reports {:?}, need litany {LITANY_VERSION}",
-            bin.display(),
-            text.trim()
-        ))
-    }
+    litanyfs::testing::prereq::litany()
 }
 
 // ---------------------------------------------------------------------------
@@ -193,9 +116,10 @@ impl RealWorkspace {
         Self::parse_summary(&stdout).map_err(|e| format!("{e}\n--- stderr ---\n{stderr}"))
     }
 
-    /// [`RealWorkspace::build_with`] using [`litany_bin`]; `Err` without a binary.
+    /// [`RealWorkspace::build_with`] using [`litany_bin`]; `Err` without a binary
+    /// (only when skipped: see [`litany_bin`]).
     pub fn build(dir: &Path) -> Result<Self, String> {
-        let bin = litany_bin().ok_or_else(|| "litany unavailable".to_string())?;
+        let bin = litany_bin().ok_or_else(|| "litany skipped".to_string())?;
         Self::build_with(&bin, dir)
     }
 
@@ -278,21 +202,12 @@ extern "C" fn cleanup_at_exit() {
 
 /// The shared, read-only workspace for this test process (built on first use).
 ///
-/// `None` (reason on stderr) when no pinned litany is available, unless
-/// under CI, where that panics. A failing build always panics.
+/// Without a pinned litany the test fails, or is skipped and counted when
+/// `LITANYFS_SKIP` names `litany` (`None`). A failing build always panics.
 pub fn real_workspace() -> Option<&'static RealWorkspace> {
-    static WS: OnceLock<Option<RealWorkspace>> = OnceLock::new();
-    WS.get_or_init(|| {
-        let bin = match litany_bin_or_reason() {
-            Ok(bin) => bin,
-            Err(reason) if in_ci() => {
-                panic!("CI is set but the litany oracle is unavailable: {reason}")
-            }
-            Err(reason) => {
-                eprintln!("oracle: skipping, litany unavailable: {reason}");
-                return None;
-            }
-        };
+    static WS: OnceLock<RealWorkspace> = OnceLock::new();
+    let bin = litany_bin()?;
+    Some(WS.get_or_init(|| {
         let dir = tempfile::Builder::new()
             .prefix("litanyfs-oracle-")
             .tempdir()
@@ -312,9 +227,8 @@ pub fn real_workspace() -> Option<&'static RealWorkspace> {
             built.ws.display(),
             started.elapsed()
         );
-        Some(built)
-    })
-    .as_ref()
+        built
+    }))
 }
 
 // ---------------------------------------------------------------------------
@@ -561,7 +475,7 @@ pub fn marker_addresses(ws: &Path) -> Vec<MarkerAddress> {
 // ---------------------------------------------------------------------------
 
 fn litany_cmd() -> Command {
-    let bin = litany_bin().expect("the litany oracle is unavailable");
+    let bin = litany_bin().expect("litany is named in LITANYFS_SKIP, yet a test called it");
     let mut c = Command::new(bin);
     for v in [
         "LITANY_CONV_REPO",

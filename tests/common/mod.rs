@@ -4,6 +4,7 @@
 //! expected rather than dead.
 #![allow(dead_code)]
 
+pub mod drain;
 pub mod harness;
 pub mod mount;
 pub mod tmux;

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// This build's binary.
 pub const BIN: &str = env!("CARGO_BIN_EXE_litanyfs");
@@ -126,18 +126,10 @@ pub fn daemon_pid(mnt: &Path) -> Option<i32> {
     None
 }
 
-/// Waits for `cond` to hold, polling; false when `limit` passed first.
-pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    loop {
-        if cond() {
-            return true;
-        }
-        if start.elapsed() > limit {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// Waits for `cond` to hold, polling; false when `limit` passed first (see
+/// [`litanyfs::testing::wait`], whose `wait_for` also names what timed out).
+pub fn eventually(limit: Duration, cond: impl FnMut() -> bool) -> bool {
+    litanyfs::testing::wait::within(limit, cond)
 }
 
 impl Drop for Mounted {

@@ -42,6 +42,21 @@ impl Session {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Whether `program` runs in the pane: the pane's process or one of its children
+    /// (a shell running `cmd > f` forks, and tmux names only the shell).
+    pub fn runs(&self, program: &str) -> bool {
+        let out = self.tmux(&["display-message", "-p", "-t", &self.name, "#{pane_pid}"]);
+        let Ok(pid) = String::from_utf8_lossy(&out.stdout).trim().parse::<u32>() else {
+            return false;
+        };
+        let comm = |p: &str| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        std::iter::once(pid.to_string().as_str())
+            .chain(children.split_whitespace())
+            .any(|p| comm(p).trim_end() == program)
+    }
+
     /// Types `text` literally.
     pub fn type_text(&self, text: &str) {
         self.tmux(&["send-keys", "-t", &self.name, "-l", text]);

@@ -1,5 +1,8 @@
 //! The address grammar, against litany 0.0.15's own parser, which is
-//! copied below verbatim apart from names.
+//! copied below verbatim apart from names. The copy is itself checked
+//! against the real `read_tool_output` on every shape of the fuzz corpus
+//! and every shape listed here (`super::litany`), so the many generated
+//! texts below are compared with litany's verdicts, not with a guess.
 
 use super::Rng;
 use crate::paging::address::{
@@ -8,7 +11,7 @@ use crate::paging::address::{
 
 /// litany's `Address::parse` (read_tool_output/address.rs), returning
 /// (record, agent, stream, offset).
-fn litany_parse(text: &str) -> Option<(String, String, String, usize)> {
+pub(super) fn litany_parse(text: &str) -> Option<(String, String, String, usize)> {
     let (record, fragment) = text.rsplit_once('#')?;
     let (stream, offset) = fragment.rsplit_once('@')?;
     if !["stdout", "stderr"].contains(&stream) {
@@ -63,6 +66,194 @@ fn agree(text: &str) {
     }
 }
 
+/// Shapes litany refuses, with the reason ours gives.
+pub(super) const REFUSED: &[(&str, Malformation)] = &[
+    ("", Malformation::NoStream),
+    ("steps/a/001/tools/t/output.json", Malformation::NoStream),
+    (
+        "steps/a/001/tools/t/output.json#stdout",
+        Malformation::NoOffset,
+    ),
+    (
+        "steps/a/001/tools/t/output.json@5#stdout",
+        Malformation::NoOffset,
+    ),
+    (
+        "steps/a/001/tools/t/output.json#stdlog@0",
+        Malformation::Stream,
+    ),
+    (
+        "steps/a/001/tools/t/output.json#STDOUT@0",
+        Malformation::Stream,
+    ),
+    ("steps/a/001/tools/t/output.json#@0", Malformation::Stream),
+    (
+        "steps/a/001/tools/t/output.json#stdout@",
+        Malformation::Offset,
+    ),
+    (
+        "steps/a/001/tools/t/output.json#stdout@x",
+        Malformation::Offset,
+    ),
+    (
+        "steps/a/001/tools/t/output.json#stdout@-1",
+        Malformation::Offset,
+    ),
+    (
+        "steps/a/001/tools/t/output.json#stdout@-0",
+        Malformation::Offset,
+    ),
+    (
+        "steps/a/001/tools/t/output.json#stdout@+",
+        Malformation::Offset,
+    ),
+    (
+        "steps/a/001/tools/t/output.json#stdout@ 1",
+        Malformation::Offset,
+    ),
+    (
+        "steps/a/001/tools/t/output.json#stdout@1 ",
+        Malformation::Offset,
+    ),
+    (
+        "steps/a/001/tools/t/output.json#stdout@0x10",
+        Malformation::Offset,
+    ),
+    (
+        "steps/a/001/tools/t/output.json#stdout@1e3",
+        Malformation::Offset,
+    ),
+    (
+        "steps/a/001/tools/t/output.json#stdout@1.0",
+        Malformation::Offset,
+    ),
+    (
+        "steps/a/001/tools/t/output.json#stdout@١٢",
+        Malformation::Offset,
+    ),
+    (
+        "steps/a/001/tools/t/output.json#stdout@18446744073709551616",
+        Malformation::Offset,
+    ),
+    (
+        "steps/a/001/tools/t/output.json#stdout@99999999999999999999999",
+        Malformation::Offset,
+    ),
+    (
+        "steps/a/001/tools/t/output.json#stdout@5@6",
+        Malformation::Stream,
+    ),
+    (
+        "steps/a/001/tools/t/output.json#stdout@5#stderr",
+        Malformation::NoOffset,
+    ),
+    (
+        "steps/../001/tools/t/output.json#stdout@0",
+        Malformation::Name,
+    ),
+    (
+        "steps/./001/tools/t/output.json#stdout@0",
+        Malformation::Name,
+    ),
+    (
+        "steps/a/001/tools/../output.json#stdout@0",
+        Malformation::Name,
+    ),
+    (
+        "steps/a/001/tools/./output.json#stdout@0",
+        Malformation::Name,
+    ),
+    (
+        "steps//001/tools/t/output.json#stdout@0",
+        Malformation::Name,
+    ),
+    (
+        "steps/a/001/tools//output.json#stdout@0",
+        Malformation::Name,
+    ),
+    ("steps/a//tools/t/output.json#stdout@0", Malformation::Step),
+    (
+        "steps/a/00x/tools/t/output.json#stdout@0",
+        Malformation::Step,
+    ),
+    (
+        "steps/a/-1/tools/t/output.json#stdout@0",
+        Malformation::Step,
+    ),
+    (
+        "steps/a/+1/tools/t/output.json#stdout@0",
+        Malformation::Step,
+    ),
+    ("steps/a/١/tools/t/output.json#stdout@0", Malformation::Step),
+    (
+        "/steps/a/001/tools/t/output.json#stdout@0",
+        Malformation::Segments,
+    ),
+    (
+        "steps/a/001/tools/t/output.json/#stdout@0",
+        Malformation::Segments,
+    ),
+    (
+        "steps/a/001/tools/t/x/output.json#stdout@0",
+        Malformation::Segments,
+    ),
+    (
+        "steps/a/b/001/tools/t/output.json#stdout@0",
+        Malformation::Segments,
+    ),
+    ("a/001/tools/t/output.json#stdout@0", Malformation::Segments),
+    (
+        "./steps/a/001/tools/t/output.json#stdout@0",
+        Malformation::Segments,
+    ),
+    (
+        "logs/a/001/tools/t/output.json#stdout@0",
+        Malformation::Literal,
+    ),
+    (
+        "Steps/a/001/tools/t/output.json#stdout@0",
+        Malformation::Literal,
+    ),
+    (
+        "steps/a/001/records/t/output.json#stdout@0",
+        Malformation::Literal,
+    ),
+    (
+        "steps/a/001/tools/t/input.json#stdout@0",
+        Malformation::Literal,
+    ),
+    (
+        "steps/a/001/tools/t/output.json #stdout@0",
+        Malformation::Literal,
+    ),
+    (
+        "steps\\a\\001\\tools\\t\\output.json#stdout@0",
+        Malformation::Segments,
+    ),
+];
+
+/// Shapes litany accepts that a reader might not expect.
+pub(super) const ODD_BUT_LEGAL: &[&str] = &[
+    // `usize::from_str` takes a plus sign and leading zeros.
+    "steps/a/001/tools/t/output.json#stdout@+5",
+    "steps/a/001/tools/t/output.json#stdout@007",
+    "steps/a/001/tools/t/output.json#stdout@0",
+    "steps/a/001/tools/t/output.json#stderr@18446744073709551615",
+    // Any width of step, kept as written.
+    "steps/a/1/tools/t/output.json#stdout@0",
+    "steps/a/0/tools/t/output.json#stdout@0",
+    "steps/a/000000000000000000000000000001/tools/t/output.json#stdout@0",
+    // Segments may hold `#`, `@`, `...`, spaces, NUL and any Unicode.
+    "steps/a#b/001/tools/t/output.json#stdout@1",
+    "steps/a/001/tools/t@x/output.json#stdout@1",
+    "steps/a/001/tools/t#stdout@9/output.json#stderr@1",
+    "steps/.../001/tools/..../output.json#stdout@1",
+    "steps/ a /001/tools/\t/output.json#stdout@1",
+    "steps/\0/001/tools/\u{1}/output.json#stdout@1",
+    "steps/агент/001/tools/工具😀/output.json#stdout@1",
+    "steps/a\\b/001/tools/c:d/output.json#stdout@1",
+];
+
 const GOOD: &str = "steps/root-child/001/tools/toolu_01/output.json#stdout@2048";
 
 #[test]
@@ -84,171 +275,7 @@ fn the_canonical_form_parses_and_renders_back() {
 
 #[test]
 fn hostile_shapes_are_refused_exactly_as_litany_refuses_them() {
-    let refused: &[(&str, Malformation)] = &[
-        ("", Malformation::NoStream),
-        ("steps/a/001/tools/t/output.json", Malformation::NoStream),
-        (
-            "steps/a/001/tools/t/output.json#stdout",
-            Malformation::NoOffset,
-        ),
-        (
-            "steps/a/001/tools/t/output.json@5#stdout",
-            Malformation::NoOffset,
-        ),
-        (
-            "steps/a/001/tools/t/output.json#stdlog@0",
-            Malformation::Stream,
-        ),
-        (
-            "steps/a/001/tools/t/output.json#STDOUT@0",
-            Malformation::Stream,
-        ),
-        ("steps/a/001/tools/t/output.json#@0", Malformation::Stream),
-        (
-            "steps/a/001/tools/t/output.json#stdout@",
-            Malformation::Offset,
-        ),
-        (
-            "steps/a/001/tools/t/output.json#stdout@x",
-            Malformation::Offset,
-        ),
-        (
-            "steps/a/001/tools/t/output.json#stdout@-1",
-            Malformation::Offset,
-        ),
-        (
-            "steps/a/001/tools/t/output.json#stdout@-0",
-            Malformation::Offset,
-        ),
-        (
-            "steps/a/001/tools/t/output.json#stdout@+",
-            Malformation::Offset,
-        ),
-        (
-            "steps/a/001/tools/t/output.json#stdout@ 1",
-            Malformation::Offset,
-        ),
-        (
-            "steps/a/001/tools/t/output.json#stdout@1 ",
-            Malformation::Offset,
-        ),
-        (
-            "steps/a/001/tools/t/output.json#stdout@0x10",
-            Malformation::Offset,
-        ),
-        (
-            "steps/a/001/tools/t/output.json#stdout@1e3",
-            Malformation::Offset,
-        ),
-        (
-            "steps/a/001/tools/t/output.json#stdout@1.0",
-            Malformation::Offset,
-        ),
-        (
-            "steps/a/001/tools/t/output.json#stdout@١٢",
-            Malformation::Offset,
-        ),
-        (
-            "steps/a/001/tools/t/output.json#stdout@18446744073709551616",
-            Malformation::Offset,
-        ),
-        (
-            "steps/a/001/tools/t/output.json#stdout@99999999999999999999999",
-            Malformation::Offset,
-        ),
-        (
-            "steps/a/001/tools/t/output.json#stdout@5@6",
-            Malformation::Stream,
-        ),
-        (
-            "steps/a/001/tools/t/output.json#stdout@5#stderr",
-            Malformation::NoOffset,
-        ),
-        (
-            "steps/../001/tools/t/output.json#stdout@0",
-            Malformation::Name,
-        ),
-        (
-            "steps/./001/tools/t/output.json#stdout@0",
-            Malformation::Name,
-        ),
-        (
-            "steps/a/001/tools/../output.json#stdout@0",
-            Malformation::Name,
-        ),
-        (
-            "steps/a/001/tools/./output.json#stdout@0",
-            Malformation::Name,
-        ),
-        (
-            "steps//001/tools/t/output.json#stdout@0",
-            Malformation::Name,
-        ),
-        (
-            "steps/a/001/tools//output.json#stdout@0",
-            Malformation::Name,
-        ),
-        ("steps/a//tools/t/output.json#stdout@0", Malformation::Step),
-        (
-            "steps/a/00x/tools/t/output.json#stdout@0",
-            Malformation::Step,
-        ),
-        (
-            "steps/a/-1/tools/t/output.json#stdout@0",
-            Malformation::Step,
-        ),
-        (
-            "steps/a/+1/tools/t/output.json#stdout@0",
-            Malformation::Step,
-        ),
-        ("steps/a/١/tools/t/output.json#stdout@0", Malformation::Step),
-        (
-            "/steps/a/001/tools/t/output.json#stdout@0",
-            Malformation::Segments,
-        ),
-        (
-            "steps/a/001/tools/t/output.json/#stdout@0",
-            Malformation::Segments,
-        ),
-        (
-            "steps/a/001/tools/t/x/output.json#stdout@0",
-            Malformation::Segments,
-        ),
-        (
-            "steps/a/b/001/tools/t/output.json#stdout@0",
-            Malformation::Segments,
-        ),
-        ("a/001/tools/t/output.json#stdout@0", Malformation::Segments),
-        (
-            "./steps/a/001/tools/t/output.json#stdout@0",
-            Malformation::Segments,
-        ),
-        (
-            "logs/a/001/tools/t/output.json#stdout@0",
-            Malformation::Literal,
-        ),
-        (
-            "Steps/a/001/tools/t/output.json#stdout@0",
-            Malformation::Literal,
-        ),
-        (
-            "steps/a/001/records/t/output.json#stdout@0",
-            Malformation::Literal,
-        ),
-        (
-            "steps/a/001/tools/t/input.json#stdout@0",
-            Malformation::Literal,
-        ),
-        (
-            "steps/a/001/tools/t/output.json #stdout@0",
-            Malformation::Literal,
-        ),
-        (
-            "steps\\a\\001\\tools\\t\\output.json#stdout@0",
-            Malformation::Segments,
-        ),
-    ];
-    for (text, kind) in refused {
+    for (text, kind) in REFUSED {
         agree(text);
         let err = Address::parse(text).expect_err(text);
         assert_eq!(err.kind(), *kind, "{text:?}");
@@ -257,26 +284,7 @@ fn hostile_shapes_are_refused_exactly_as_litany_refuses_them() {
 
 #[test]
 fn odd_but_legal_shapes_are_accepted_exactly_as_litany_accepts_them() {
-    for text in [
-        // `usize::from_str` takes a plus sign and leading zeros.
-        "steps/a/001/tools/t/output.json#stdout@+5",
-        "steps/a/001/tools/t/output.json#stdout@007",
-        "steps/a/001/tools/t/output.json#stdout@0",
-        "steps/a/001/tools/t/output.json#stderr@18446744073709551615",
-        // Any width of step, kept as written.
-        "steps/a/1/tools/t/output.json#stdout@0",
-        "steps/a/0/tools/t/output.json#stdout@0",
-        "steps/a/000000000000000000000000000001/tools/t/output.json#stdout@0",
-        // Segments may hold `#`, `@`, `...`, spaces, NUL and any Unicode.
-        "steps/a#b/001/tools/t/output.json#stdout@1",
-        "steps/a/001/tools/t@x/output.json#stdout@1",
-        "steps/a/001/tools/t#stdout@9/output.json#stderr@1",
-        "steps/.../001/tools/..../output.json#stdout@1",
-        "steps/ a /001/tools/\t/output.json#stdout@1",
-        "steps/\0/001/tools/\u{1}/output.json#stdout@1",
-        "steps/агент/001/tools/工具😀/output.json#stdout@1",
-        "steps/a\\b/001/tools/c:d/output.json#stdout@1",
-    ] {
+    for text in ODD_BUT_LEGAL {
         agree(text);
         Address::parse(text).expect(text);
     }

@@ -1,28 +1,15 @@
-//! Against the real `litany tool read_tool_output`, where one is
-//! installed: the same page bytes on stdout, the same banner or refusal
-//! on stderr. Without the binary the test says why and passes.
+//! Against the real `litany tool read_tool_output` (0.0.15, found by
+//! [`crate::testing::prereq::litany`]): the same page bytes on stdout, the same
+//! banner or refusal on stderr.
 
 use super::{Rng, ToolOutputRecord, mixed_text};
 use crate::paging::address::Address;
 use crate::paging::reader::{CaptureKey, PageCache, PageError};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 const AGENT: &str = "20261202T094226Z-0122ccc2";
-
-fn litany_binary() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("litany"))
-            .find(|p| p.is_file())
-    });
-    on_path.or_else(|| {
-        let home = std::env::var_os("HOME")?;
-        let p = Path::new(&home).join(".cargo/bin/litany");
-        p.is_file().then_some(p)
-    })
-}
 
 /// What the tool printed: stdout, stderr, and whether it exited 0.
 struct Answer {
@@ -102,8 +89,7 @@ fn write_record(ws: &Path, step: &str, tool: &str, bytes: &[u8]) -> String {
 
 #[test]
 fn pages_and_refusals_match_the_real_tool() {
-    let Some(bin) = litany_binary() else {
-        eprintln!("litany not on PATH or at ~/.cargo/bin/litany: skipping the comparison");
+    let Some(bin) = crate::testing::prereq::litany() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -246,4 +232,126 @@ fn pages_and_refusals_match_the_real_tool() {
         compared += 1;
     }
     eprintln!("compared {compared} answers with {}", bin.display());
+}
+
+/// The fuzz corpus of the `address` target: its seeds, and its dictionary's
+/// tokens, each alone, in place of each part of a good address, before and
+/// after one, and as a page name under a record.
+fn corpus_shapes() -> Vec<String> {
+    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let under = format!("steps/{AGENT}/001/tools/toolu_1/");
+    let mut shapes = std::collections::BTreeSet::new();
+    let seeds = std::fs::read_dir(fuzz.join("seeds/address")).expect("fuzz/seeds/address");
+    for e in seeds {
+        let text = std::fs::read_to_string(e.expect("seed").path()).expect("a UTF-8 seed");
+        shapes.insert(format!("{under}{text}"));
+        shapes.insert(text);
+    }
+    let dict = std::fs::read_to_string(fuzz.join("dicts/address.dict")).expect("address.dict");
+    let tokens: Vec<String> = dict
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let quoted = l.trim();
+            assert!(
+                quoted.len() >= 2 && quoted.starts_with('"') && quoted.ends_with('"'),
+                "a dictionary line this test cannot read: {l:?}"
+            );
+            assert!(!quoted.contains('\\'), "an escape in {l:?}");
+            quoted[1..quoted.len() - 1].to_string()
+        })
+        .collect();
+    assert!(tokens.len() >= 10, "{tokens:?}");
+    let parts = [
+        "steps",
+        AGENT,
+        "001",
+        "tools",
+        "toolu_1",
+        "output.json",
+        "stdout",
+        "0",
+    ];
+    let render = |p: &[&str]| {
+        format!(
+            "{}/{}/{}/{}/{}/{}#{}@{}",
+            p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]
+        )
+    };
+    let good = render(&parts);
+    for token in &tokens {
+        shapes.insert(token.clone());
+        shapes.insert(format!("{token}{good}"));
+        shapes.insert(format!("{good}{token}"));
+        shapes.insert(format!("{under}{token}"));
+        for at in 0..parts.len() {
+            let mut p = parts;
+            p[at] = token;
+            shapes.insert(render(&p));
+        }
+    }
+    shapes.into_iter().collect()
+}
+
+#[test]
+fn the_grammar_agrees_with_the_real_tool_on_every_corpus_shape() {
+    use super::address::{ODD_BUT_LEGAL, REFUSED, litany_parse};
+    let Some(bin) = crate::testing::prereq::litany() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path();
+    std::fs::create_dir_all(ws.join("repo.git")).expect("repo.git");
+    let stdout: String = (0..900).map(|i| format!("line {i}\n")).collect();
+    let record = ToolOutputRecord::new(&stdout, "é".repeat(3000).as_str()).pretty();
+    let mut shapes = corpus_shapes();
+    shapes.extend(REFUSED.iter().map(|(t, _)| t.to_string()));
+    shapes.extend(ODD_BUT_LEGAL.iter().map(|t| t.to_string()));
+    // Every record an accepted shape names exists, so the comparison reaches the page.
+    for text in &shapes {
+        if let Some((rec, ..)) = litany_parse(text)
+            && !rec.contains('\0')
+        {
+            let path = ws.join(&rec);
+            if std::fs::create_dir_all(path.parent().expect("parent")).is_ok() {
+                std::fs::write(&path, &record).expect("write record");
+            }
+        }
+    }
+    let cache = PageCache::with_checkpoint_interval(1 << 20, 1000);
+    let (mut accepted, mut refused) = (0, 0);
+    for text in &shapes {
+        // The caller is the agent segment as written (an agent may page only its own
+        // captures), so that accepted shapes get past confinement.
+        let caller = text
+            .strip_prefix("steps/")
+            .and_then(|r| r.split_once('/'))
+            .map(|(a, _)| a)
+            .filter(|a| !a.is_empty() && !a.contains('\0'))
+            .unwrap_or(AGENT);
+        let theirs = ask(&bin, ws, caller, text);
+        let ours = answer(&cache, ws, caller, text);
+        assert_eq!(ours.ok, theirs.ok, "{text:?}: {}", theirs.stderr);
+        assert_eq!(ours.stderr, theirs.stderr, "{text:?}");
+        assert!(ours.stdout == theirs.stdout, "{text:?}: page bytes differ");
+        // The hand copy of litany's parser used by the generated tests says what the
+        // real one says.
+        let malformed = theirs.stderr.contains(": malformed address ");
+        assert_eq!(
+            litany_parse(text).is_none(),
+            malformed,
+            "{text:?}: the reference parser disagrees with litany: {}",
+            theirs.stderr
+        );
+        if malformed {
+            refused += 1;
+        } else {
+            accepted += 1;
+        }
+    }
+    assert!(accepted >= 20 && refused >= 50, "{accepted} / {refused}");
+    eprintln!(
+        "{} shapes: litany accepted {accepted}, refused {refused}",
+        shapes.len()
+    );
 }

@@ -1,7 +1,7 @@
 //! Tests for the paging layer. The reference throughout is what litany
 //! itself does: `serde_json::from_slice::<ToolOutputRecord>` for the
 //! parse, a byte slice of the resulting `String` for a page, and the
-//! real `litany` binary where one is installed ([`litany`]).
+//! real `litany` binary ([`litany`]; a prerequisite, see [`crate::testing::prereq`]).
 
 mod address;
 mod banner;

@@ -5,7 +5,6 @@
 use super::{Rng, ToolOutputRecord, capture, key, mixed_text};
 use crate::paging::address::{Address, AddressError, PAGE_BYTES, Stream};
 use crate::paging::reader::{CHECKPOINT_BYTES, CaptureKey, PageCache, PageError};
-use std::io::Write;
 use std::path::Path;
 
 const RECORD: &str = "steps/ag/001/tools/t1/output.json";
@@ -99,6 +98,7 @@ fn pages_are_the_tools_pages() {
     assert_eq!(page.next, None);
     assert!(cache.page(&c.file, key(1), &address("stderr", 7)).is_err());
     // One capture, parsed once.
+    assert_eq!(cache.passes(), 1);
     assert_eq!(cache.entries(), 1);
 }
 
@@ -324,6 +324,7 @@ fn concurrent_readers_share_one_file_and_one_parse() {
             });
         }
     });
+    assert_eq!(cache.passes(), 1, "8 readers, 1,600 reads: one pass");
     assert_eq!(cache.entries(), 1);
 }
 
@@ -382,42 +383,6 @@ fn refusals_print_the_tools_messages() {
     assert_eq!(err.errno(), libc::ENOENT);
     let err = PageError::Io(std::io::Error::other("disk on fire"));
     assert_eq!(err.errno(), libc::EIO);
-}
-
-/// For the report: index size and page cost on a 50 MB capture.
-/// `cargo test --release -- --ignored --nocapture fifty_megabytes`
-#[test]
-#[ignore]
-fn fifty_megabytes() {
-    let line = "warning: unused variable `x` at src/lib.rs:1:1 \"q\" \u{e9}\u{4e2d}\n";
-    let stdout = line.repeat(50_000_000 / line.len());
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("output.json");
-    let mut f = std::fs::File::create(&path).expect("create");
-    f.write_all(&ToolOutputRecord::new(&stdout, "").pretty())
-        .expect("write");
-    drop(f);
-    let file = std::fs::File::open(&path).expect("open");
-    let k = CaptureKey::of(&file).expect("key");
-    let cache = PageCache::new(64 << 20);
-    let t = std::time::Instant::now();
-    let len = cache.stream_len(&file, k, Stream::Stdout).expect("len");
-    let parse = t.elapsed();
-    println!(
-        "len {len} file {} parse {parse:?} used {} bytes, checkpoint interval {}",
-        std::fs::metadata(&path).expect("stat").len(),
-        cache.used_bytes(),
-        cache.checkpoint_interval()
-    );
-    for offset in [0, len / 2, len - 4096] {
-        let a = Address::parse(&format!("{RECORD}#stdout@{offset}")).expect("grammar");
-        let t = std::time::Instant::now();
-        let n = 1000;
-        for _ in 0..n {
-            cache.page(&file, k, &a).expect("page");
-        }
-        println!("page @{offset}: {:?} each", t.elapsed() / n);
-    }
 }
 
 #[test]

@@ -41,10 +41,11 @@ impl Branch {
         let origin = rest.rsplit_once('.').unwrap().0;
         let tree = self.tree();
         self.f
-            .commit(
+            .commit_at(
                 &agent_ref(ID),
                 tree,
                 &format!("transcript {number}: {origin} [{ID}]"),
+                COMMITTED,
             )
             .unwrap()
     }
@@ -59,10 +60,9 @@ const MODEL: &[u8] =
     br#"{"content":[{"type":"text","text":"done"}],"usage":{"input_tokens":20,"output_tokens":1}}"#;
 const TOOL: &[u8] = br#"[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"Exit code: 0\n"}],"is_error":false}]"#;
 
-fn now_utc_prefix() -> String {
-    // The fixture commits now; the minute is enough to check the time is the commit's.
-    crate::deposit::render::now_utc()[..14].to_string()
-}
+/// When the fixture's transcript commits are made, and how a header shows it.
+const COMMITTED: i64 = 1_796_204_571;
+const COMMITTED_UTC: &str = "2026-12-02T09:42:51Z";
 
 #[test]
 fn entries_render_in_number_order_with_their_commit_times() {
@@ -76,7 +76,9 @@ fn entries_render_in_number_order_with_their_commit_times() {
     b.files.push(("messages/notes.md".into(), b"x".to_vec()));
     let tree = b.tree();
     let _ = tip;
-    let tip = b.f.commit(&agent_ref(ID), tree, "stray").unwrap();
+    let tip =
+        b.f.commit_at(&agent_ref(ID), tree, "stray", COMMITTED)
+            .unwrap();
     let refs = b.refs();
     let records = Records::new(1 << 20);
     let got = String::from_utf8(records.transcript(&refs, tip).unwrap().to_vec()).unwrap();
@@ -86,9 +88,14 @@ fn entries_render_in_number_order_with_their_commit_times() {
         .map(|h| h.split(' ').nth(1).unwrap())
         .collect();
     assert_eq!(numbers, ["001", "002", "003", "999", "1000"], "{got}");
-    let minute = now_utc_prefix();
-    assert!(headers.iter().all(|h| h.contains(&minute)), "{headers:?}");
-    assert!(got.starts_with(&format!("## 001 user · {minute}")), "{got}");
+    assert!(
+        headers.iter().all(|h| h.contains(COMMITTED_UTC)),
+        "{headers:?}"
+    );
+    assert!(
+        got.starts_with(&format!("## 001 user · {COMMITTED_UTC}")),
+        "{got}"
+    );
     assert!(got.contains(
         " · from: user · deposited_at: 2026-12-02T18:08:10Z\n\nhello alpha\n\n## 002 claude-sonnet-5 · "
     ));
@@ -180,17 +187,19 @@ fn lernie_entries_render_the_same_way_without_usage() {
     }]))
     .unwrap();
     let mut files: Vec<(&str, &[u8])> = vec![("messages/001-user.md", user)];
-    f.commit(
+    f.commit_at(
         &agent_ref(ID),
         f.tree(&files).unwrap(),
         "transcript 001: user [a1]",
+        COMMITTED,
     )
     .unwrap();
     files.push(("messages/002-assistant.json", model));
-    f.commit(
+    f.commit_at(
         &agent_ref(ID),
         f.tree(&files).unwrap(),
         "transcript 002: assistant [a1]",
+        COMMITTED,
     )
     .unwrap();
     files.push(("messages/003-tool.json", &tool));
@@ -209,9 +218,8 @@ fn lernie_entries_render_the_same_way_without_usage() {
             .to_vec(),
     )
     .unwrap();
-    let minute = now_utc_prefix();
     assert!(
-        got.contains(&format!("\n\nhi\n\n## 002 assistant · {minute}")),
+        got.contains(&format!("\n\nhi\n\n## 002 assistant · {COMMITTED_UTC}")),
         "{got}"
     );
     assert!(
