@@ -425,7 +425,7 @@ mod tests {
         let list = format!(
             "foreground,log_file={},threads={},sender={},max_message_bytes={},harness={},\
              no_wake,read_only,cache_bytes={},agent={},allow_other,view_modes,\
-             depositors=1001:1002,auto_unmount",
+             depositors=1001:1002,auto_unmount,prices={}",
             all.log_file.as_ref().unwrap().display(),
             all.threads,
             all.sender,
@@ -433,6 +433,7 @@ mod tests {
             all.harness.as_ref().unwrap().display(),
             all.cache_bytes,
             all.agent.as_ref().unwrap(),
+            all.prices.as_ref().unwrap().display(),
         );
         let args = translated(&["litanyfs", ws, mnt, "-o", &list]);
         assert_eq!(args[..2], ["litanyfs", "mount"]);

@@ -33,6 +33,7 @@ use crate::process;
 use crate::process::READY_ENV;
 use crate::tree::{Deposits, Tree};
 use crate::views::Views;
+use crate::views::prices::Prices;
 use crate::witness::Witness;
 use crate::workspace::{Workspace, WorkspaceError};
 
@@ -112,6 +113,11 @@ pub struct MountOptions {
     /// (`litanyfs sentinel`) outlives it and detaches the dead mount.
     #[arg(long)]
     pub auto_unmount: bool,
+    /// A price table (JSON: provider, model or `*`, dollars per million input, output,
+    /// cache read and cache write tokens) that adds a COST column and `cost_usd` to the
+    /// views; tokens no rate covers are `unpriced_tokens`, never free.
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
 }
 
 impl Default for MountOptions {
@@ -154,6 +160,7 @@ impl MountOptions {
             view_modes,
             depositors,
             auto_unmount,
+            prices,
         } = self;
         let d = Self::default();
         let mut a = ArgList::default();
@@ -186,6 +193,7 @@ impl MountOptions {
             }),
         );
         a.flag("auto_unmount", *auto_unmount);
+        a.value("prices", prices.as_ref().map(|p| p.as_os_str()));
         a.0
     }
 }
@@ -639,6 +647,7 @@ fn workspace_tree(
     opts: &MountOptions,
     read_only: bool,
     views: Option<Arc<Views>>,
+    prices: Option<&Arc<Prices>>,
 ) -> Result<Tree, MountError> {
     let modes = if opts.view_modes {
         crate::tree::Modes::fixed()
@@ -672,6 +681,9 @@ fn workspace_tree(
         }
         sender = agent.clone();
         tree = tree.confined_to(agent);
+    }
+    if let Some(p) = prices {
+        tree.views().set_prices(p.clone());
     }
     if !opts.read_only && !read_only {
         warn_if_root_over_others(workspace.root());
@@ -749,11 +761,24 @@ fn serve(
         harness,
         ..opts.clone()
     };
+    let prices = match &opts.prices {
+        Some(p) => Some(Arc::new(
+            Prices::load(p).map_err(|e| MountError::Daemon(format!("--prices: {e}")))?,
+        )),
+        None => None,
+    };
     let started: Arc<Started> = Arc::new(std::sync::OnceLock::new());
     let (space, source_root, single) = match source {
         Source::Workspace(root) => {
             let workspace = Workspace::open(&root).map_err(MountError::Workspace)?;
-            let tree = Arc::new(workspace_tree(&workspace, &mnt, opts, false, None)?);
+            let tree = Arc::new(workspace_tree(
+                &workspace,
+                &mnt,
+                opts,
+                false,
+                None,
+                prices.as_ref(),
+            )?);
             (Space::One(tree.clone()), root, Some(tree))
         }
         Source::Home { root, shelves } => {
@@ -772,9 +797,10 @@ fn serve(
                 )));
             }
             let (o, m, s) = (opts.clone(), mnt.clone(), started.clone());
+            let p = prices.clone();
             let opener: crate::home::Opener = Box::new(move |ws, workspace, read_only, views| {
                 let tree = Arc::new(
-                    workspace_tree(workspace, &m, &o, read_only, Some(views))
+                    workspace_tree(workspace, &m, &o, read_only, Some(views), p.as_ref())
                         .map_err(|e| e.to_string())?,
                 );
                 if let Some((fs, notifier)) = s.get() {
@@ -784,6 +810,9 @@ fn serve(
                 Ok(tree)
             });
             let home = crate::home::Home::new(root.clone(), shelves, opener);
+            if let Some(p) = &prices {
+                home.set_prices(p.clone());
+            }
             home.start();
             (Space::Home(home), root, None)
         }
@@ -909,6 +938,7 @@ pub(crate) mod tests {
             view_modes: true,
             depositors: vec![1001, 1002],
             auto_unmount: true,
+            prices: Some("/etc/prices.json".into()),
         }
     }
 

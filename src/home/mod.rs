@@ -4,8 +4,8 @@
 //! every workspace-relative path litany prints works under `MNT/<ws>/`. Around those
 //! trees the home adds its own few nodes ([`HomeNode`]): the root, which lists the
 //! workspaces of the root shelf, the other shelves (`world/`, `replays/`, see
-//! [`layout`]) and `status`, `status.json`, `events`, `events.ndjson` over every
-//! workspace; and each shelf's directory.
+//! [`layout`]) and `status`, `status.json`, `events`, `events.ndjson`, `attention`,
+//! `attention.json` over every workspace; and each shelf's directory.
 //!
 //! Guarantees:
 //! - **Live.** A listing reads the shelves afresh and a directory's mtime is its shelf's,
@@ -93,10 +93,13 @@ pub struct Home {
     /// What follows every workspace's events, with two threads whatever their number.
     followers: Arc<Pool>,
     born: SystemTime,
-    /// The length of the last `status` and `status.json` made (as a single mount's).
-    status_lens: [AtomicU64; 2],
+    /// The length of the last `status`, `status.json`, `attention` and `attention.json`
+    /// made (as a single mount's).
+    status_lens: [AtomicU64; 4],
     /// Told of each workspace that has gone (the adapter, so that the kernel forgets it).
     on_gone: std::sync::OnceLock<OnGone>,
+    /// The price table every workspace's views price with (`--prices`).
+    prices: std::sync::OnceLock<Arc<crate::views::prices::Prices>>,
 }
 
 fn mtime(m: &std::fs::Metadata) -> SystemTime {
@@ -116,7 +119,16 @@ impl Home {
             born: SystemTime::now(),
             status_lens: Default::default(),
             on_gone: std::sync::OnceLock::new(),
+            prices: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Prices every workspace's tokens with `prices` (once, before [`Home::start`]).
+    pub fn set_prices(&self, prices: Arc<crate::views::prices::Prices>) {
+        for k in self.known.lock().values() {
+            k.views.set_prices(prices.clone());
+        }
+        let _ = self.prices.set(prices);
     }
 
     /// Sets what is told of each workspace that goes from now on (once).
@@ -225,6 +237,9 @@ impl Home {
         id: (u64, u64),
     ) {
         let views = Views::new(&dir, None);
+        if let Some(p) = self.prices.get() {
+            views.set_prices(p.clone());
+        }
         views.tee_to(self.log.clone(), key.clone());
         self.followers.add(views.clone());
         log::info!("home: following workspace {key} ({})", dir.display());
@@ -380,9 +395,7 @@ impl Home {
     fn view_attr(&self, v: ViewFile) -> Attr {
         let size = match v.rendering() {
             Some(r) => self.log.len(r),
-            None => {
-                self.status_lens[usize::from(v == ViewFile::StatusJson)].load(Ordering::Relaxed)
-            }
+            None => self.status_lens[lens_slot(v)].load(Ordering::Relaxed),
         };
         virtual_attr(Node::View(v), Kind::File, size, SystemTime::now())
     }
@@ -477,11 +490,38 @@ impl Home {
         Ok(out)
     }
 
-    /// What a root view holds when opened.
+    /// What a root view holds when opened. An events file waits for the histories of
+    /// the workspaces known now ([`crate::views::HISTORY_WAIT`] at most, in all).
     pub fn open_view(&self, v: ViewFile) -> Content {
-        match v.rendering() {
-            Some(r) => Content::Log(r),
-            None => Content::Bytes(Arc::new(self.status(v == ViewFile::StatusJson))),
+        match v {
+            ViewFile::Events | ViewFile::EventsNdjson => {
+                self.sweep();
+                let views: Vec<Arc<Views>> = self
+                    .known
+                    .lock()
+                    .values()
+                    .map(|k| k.views.clone())
+                    .collect();
+                let deadline = Instant::now() + crate::views::HISTORY_WAIT;
+                let waited = views
+                    .iter()
+                    .filter(|v| !v.wait_history(deadline.saturating_duration_since(Instant::now())))
+                    .count();
+                if waited > 0 {
+                    log::info!(
+                        "{}: {waited} workspaces' histories are still being reconstructed; \
+                         serving what is logged so far",
+                        v.name()
+                    );
+                }
+                Content::Log(v.rendering().unwrap_or(crate::views::Rendering::Text))
+            }
+            ViewFile::Status | ViewFile::StatusJson => {
+                Content::Bytes(Arc::new(self.status(v.json())))
+            }
+            ViewFile::Attention | ViewFile::AttentionJson => {
+                Content::Bytes(Arc::new(self.attention(v.json())))
+            }
         }
     }
 
@@ -498,9 +538,40 @@ impl Home {
             .map_err(|e| TreeError::io(node.path(), e))
     }
 
+    /// `attention` (`json: false`) or `attention.json` over every workspace, most
+    /// urgent first.
+    pub fn attention(&self, json: bool) -> Vec<u8> {
+        let list = crate::views::status::attention(&self.rows());
+        let bytes = if json {
+            crate::views::status::attention_json(&list).into_bytes()
+        } else {
+            crate::views::status::attention_text(&list).into_bytes()
+        };
+        let slot = lens_slot(if json {
+            ViewFile::AttentionJson
+        } else {
+            ViewFile::Attention
+        });
+        self.status_lens[slot].store(bytes.len() as u64, Ordering::Relaxed);
+        bytes
+    }
+
     /// `status` (`json: false`) or `status.json` over every workspace: each workspace's
     /// rows, in the order of their keys, led by the workspace.
     pub fn status(&self, json: bool) -> Vec<u8> {
+        let rows = self.rows();
+        let bytes = if json {
+            crate::views::status::json(&rows).into_bytes()
+        } else {
+            crate::views::status::text_of_home(&rows).into_bytes()
+        };
+        self.status_lens[usize::from(json)].store(bytes.len() as u64, Ordering::Relaxed);
+        bytes
+    }
+
+    /// Every workspace's rows, in the order of their keys, each naming its workspace,
+    /// paths mount-relative.
+    fn rows(&self) -> Vec<crate::views::status::Row> {
         self.sweep();
         let mut views: Vec<(WsKey, Arc<Views>)> = self
             .known
@@ -516,16 +587,13 @@ impl Home {
                 for note in &mut row.notes {
                     under(&ws, note);
                 }
+                for s in &mut row.signals {
+                    s.path = format!("{ws}/{}", s.path);
+                }
                 rows.push(row);
             }
         }
-        let bytes = if json {
-            crate::views::status::json(&rows).into_bytes()
-        } else {
-            crate::views::status::text_of_home(&rows).into_bytes()
-        };
-        self.status_lens[usize::from(json)].store(bytes.len() as u64, Ordering::Relaxed);
-        bytes
+        rows
     }
 
     /// Follows the shelves on a thread of its own (`litanyfs-home`) for as long as the
@@ -542,6 +610,15 @@ impl Home {
         if let Err(e) = started {
             log::error!("home: no thread to follow the shelves ({e}); listings still read them");
         }
+    }
+}
+
+/// Which of the home's remembered lengths a snapshot view's is.
+fn lens_slot(v: ViewFile) -> usize {
+    match v {
+        ViewFile::Attention => 2,
+        ViewFile::AttentionJson => 3,
+        v => usize::from(v.json()),
     }
 }
 

@@ -78,6 +78,8 @@ fn the_root_lists_every_workspace_and_the_views_without_opening_any() {
         names(&space, ""),
         [
             "aaaa0001",
+            "attention",
+            "attention.json",
             "bbbb0002",
             "events",
             "events.ndjson",
@@ -100,6 +102,8 @@ fn a_workspace_inside_the_home_is_its_whole_single_tree() {
         names(&space, "aaaa0001"),
         [
             "agents",
+            "attention",
+            "attention.json",
             "events",
             "events.ndjson",
             "inbox",
@@ -133,7 +137,11 @@ fn a_workspace_inside_the_home_is_its_whole_single_tree() {
 fn the_root_status_has_every_workspaces_agents() {
     let (_t, space, _home) = setup();
     let text = String::from_utf8(read(&space, "status")).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
+    let lines: Vec<&str> = text.lines().skip(1).collect();
+    assert!(
+        text.starts_with("home: 0 tokens, 0s wall, 1 steps\n"),
+        "{text}"
+    );
     assert!(lines[0].starts_with("WORKSPACE "), "{text}");
     assert!(
         lines[1].starts_with("aaaa0001 ") && lines[1].contains(A),
@@ -154,7 +162,9 @@ fn the_root_status_has_every_workspaces_agents() {
     space
         .read_into(&node, &opened.content, 0, 1 << 20, &mut out)
         .unwrap();
-    assert!(String::from_utf8(out).unwrap().starts_with("NAME "));
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.starts_with("workspace: "), "{text}");
+    assert!(text.lines().nth(1).unwrap().starts_with("NAME "), "{text}");
 }
 
 #[test]
@@ -179,7 +189,15 @@ fn a_new_workspace_shows_and_a_removed_one_is_gone_with_its_nodes() {
     assert!(!names(&space, "").contains(&"bbbb0002".to_string()));
     assert!(!home.open_trees().iter().any(|(k, _)| &**k == "bbbb0002"));
     // A views-only read of the root is unaffected.
-    assert!(read(&space, "status").starts_with(b"WORKSPACE"));
+    let status = read(&space, "status");
+    assert!(status.starts_with(b"home: "));
+    assert!(
+        status
+            .split(|b| *b == b'\n')
+            .nth(1)
+            .unwrap()
+            .starts_with(b"WORKSPACE")
+    );
 }
 
 #[test]

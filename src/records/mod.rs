@@ -116,6 +116,7 @@ use crate::lru::ByteLru;
 use crate::paging::CaptureKey;
 use crate::workspace::refs::{GitError, Refs};
 use response::Rendering;
+pub use response::{Attempt, Tally, Tokens};
 pub use transcript::MAX_TRANSCRIPT_BYTES;
 use transcript::Transcript;
 

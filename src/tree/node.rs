@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::paging::{Address, RecordPath, Stream};
-use crate::views::{EVENTS, EVENTS_NDJSON, STATUS, STATUS_JSON};
+use crate::views::{ATTENTION, ATTENTION_JSON, EVENTS, EVENTS_NDJSON, STATUS, STATUS_JSON};
 use crate::workspace::shared_path::SharedPath;
 use crate::workspace::steps::{OUTPUT_FILE, TOOLS_DIR, step_number};
 use crate::workspace::{AGENTS_DIR, INBOX_DIR, MARKS_DIR, NAMES_DIR, STEPS_DIR};
@@ -28,7 +28,7 @@ use std::os::unix::ffi::OsStrExt;
 
 /// The mount root's entries, in listing order: the workspace's own, then the views
 /// (none of which litany writes at a workspace root, CONTRACT §1.2).
-pub const TOP_LEVEL: [&str; 9] = [
+pub const TOP_LEVEL: [&str; 11] = [
     AGENTS_DIR,
     INBOX_DIR,
     MARKS_DIR,
@@ -38,6 +38,8 @@ pub const TOP_LEVEL: [&str; 9] = [
     STATUS_JSON,
     EVENTS,
     EVENTS_NDJSON,
+    ATTENTION,
+    ATTENTION_JSON,
 ];
 
 /// A node of the view. The inode table keeps one for every entry the kernel holds, and
@@ -75,6 +77,8 @@ pub enum ViewFile {
     StatusJson,
     Events,
     EventsNdjson,
+    Attention,
+    AttentionJson,
 }
 
 impl ViewFile {
@@ -84,6 +88,8 @@ impl ViewFile {
             ViewFile::StatusJson => STATUS_JSON,
             ViewFile::Events => EVENTS,
             ViewFile::EventsNdjson => EVENTS_NDJSON,
+            ViewFile::Attention => ATTENTION,
+            ViewFile::AttentionJson => ATTENTION_JSON,
         }
     }
 }
@@ -370,6 +376,8 @@ impl Node {
             STATUS_JSON => Node::View(ViewFile::StatusJson),
             EVENTS => Node::View(ViewFile::Events),
             EVENTS_NDJSON => Node::View(ViewFile::EventsNdjson),
+            ATTENTION => Node::View(ViewFile::Attention),
+            ATTENTION_JSON => Node::View(ViewFile::AttentionJson),
             _ => return None,
         })
     }

@@ -73,7 +73,9 @@ fn root_lists_the_workspace_layout() {
             "status",
             "status.json",
             "events",
-            "events.ndjson"
+            "events.ndjson",
+            "attention",
+            "attention.json"
         ]
     );
     assert!(matches!(
@@ -505,7 +507,8 @@ fn a_deleted_agent_is_reported_even_after_a_request_reread_the_refs() {
 fn the_views_are_fresh_at_every_open_and_the_events_grow() {
     let (_t, f, tree) = setup(Flavour::Litany);
     let status = String::from_utf8(read(&tree, "status")).unwrap();
-    let lines: Vec<&str> = status.lines().collect();
+    let lines: Vec<&str> = status.lines().skip(1).collect();
+    assert!(status.starts_with("workspace: "), "{status}");
     assert!(lines[0].starts_with("NAME "), "{status}");
     assert!(
         lines[1].starts_with("Alpha ") && lines[1].contains(A),

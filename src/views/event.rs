@@ -38,6 +38,10 @@ pub enum Kind {
     BadRecord,
     /// The log reached its cap and stops here ([`super::log::MAX_LOG_BYTES`]).
     LogFull,
+    /// Something now needs a look ([`super::signal`]).
+    SignalRaised,
+    /// It no longer does.
+    SignalCleared,
 }
 
 impl Kind {
@@ -59,6 +63,8 @@ impl Kind {
             Kind::Woken => "woken",
             Kind::BadRecord => "bad-record",
             Kind::LogFull => "log-full",
+            Kind::SignalRaised => "signal-raised",
+            Kind::SignalCleared => "signal-cleared",
         }
     }
 }
@@ -152,17 +158,24 @@ impl Event {
         Self::new(at, Kind::StepStarted, agent, Some(step_path(agent, step))).with("step", step)
     }
 
+    /// Step `step` finished: its last finish reason and output tokens, and what the
+    /// step cost (`tokens` by litany's rule over every attempt; `wall_seconds` from
+    /// `meta.json`).
     pub fn step_finished(
         at: i64,
         agent: &str,
         step: &str,
         finish: Option<&str>,
         output_tokens: Option<u64>,
+        tokens: u64,
+        wall_seconds: u64,
     ) -> Self {
         Self::new(at, Kind::StepFinished, agent, Some(step_path(agent, step)))
             .with("step", step)
             .with("finish", opt(finish))
             .with("output_tokens", opt(output_tokens))
+            .with("tokens", tokens)
+            .with("wall_seconds", wall_seconds)
     }
 
     pub fn step_failed(at: i64, agent: &str, step: &str, why: &str) -> Self {
@@ -280,6 +293,17 @@ impl Event {
     /// A record at `path` that does not read as it should, and why.
     pub fn bad_record(at: i64, agent: &str, path: &str, why: &str) -> Self {
         Self::new(at, Kind::BadRecord, agent, Some(path.to_string())).with("why", why)
+    }
+
+    /// Signal `kind` of `agent` raised: what it `says` and the path to look at.
+    pub fn signal_raised(at: i64, agent: &str, kind: &str, says: &str, path: &str) -> Self {
+        Self::new(at, Kind::SignalRaised, agent, Some(path.to_string()))
+            .with("signal", kind)
+            .with("says", says)
+    }
+
+    pub fn signal_cleared(at: i64, agent: &str, kind: &str) -> Self {
+        Self::new(at, Kind::SignalCleared, agent, None).with("signal", kind)
     }
 
     /// The log stops here: it reached `cap` bytes.

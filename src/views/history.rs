@@ -6,9 +6,10 @@
 //! events (a bounded heap, so memory stays bounded however old the workspace), in time
 //! order, with the records' own times: `meta.json`'s `started_at`/`ended_at`,
 //! `output.json`'s, a deposit's `deposited_at`, commit times for creations and
-//! deliveries, and mtimes where a record has no time. Not reconstructible (no record
-//! keeps them): agents deleted before the mount, marks cleared before it, and drivers
-//! launched by earlier mounts.
+//! deliveries, and mtimes where a record has no time; the signals standing in the first
+//! model are raised at their mark's time, else the agent's last activity. Not
+//! reconstructible (no record keeps them): agents deleted before the mount, marks and
+//! signals cleared before it, and drivers launched by earlier mounts.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -78,6 +79,27 @@ pub fn reconstruct(m0: &Model, scanner: &mut Scanner, max: usize) -> Vec<Event> 
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(m0.at, |d| d.as_secs() as i64);
         out.push(Event::mark_set(at, id, kind, m.value.as_deref()));
+    }
+    // What needs a look now, since the fact that raised it: its mark's move, else the
+    // agent's last activity.
+    for (id, signals) in &m0.signals {
+        for sig in signals.iter() {
+            let mark_at = sig.kind.mark().and_then(|kind| {
+                let s = snap.as_ref()?;
+                let t = s.moved_at(&s.flavour.mark_ref(kind, id))?;
+                Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs() as i64)
+            });
+            let at = mark_at
+                .or_else(|| m0.agents.get(id).and_then(|a| a.last_activity))
+                .unwrap_or(m0.at);
+            out.push(Event::signal_raised(
+                at,
+                id,
+                sig.kind.as_str(),
+                &sig.says,
+                &sig.path,
+            ));
+        }
     }
     for (id, a) in &m0.agents {
         branch(scanner, id, a.tip, &mut out);
@@ -164,7 +186,7 @@ fn delivered_deposit_time(scanner: &Scanner, tip: Oid, entry: &str) -> Option<i6
 /// A reconstructed step event's own time, from the record it reports.
 fn time_of(e: &Event, s: &Step) -> i64 {
     let (started, ended) = match s.meta {
-        Meta::Done { started, ended } => (started, ended),
+        Meta::Done { started, ended, .. } => (started, ended),
         _ => (None, None),
     };
     let tool = e
@@ -292,6 +314,12 @@ mod tests {
         assert_eq!(kinds, vec![Kind::MessageDeposited, Kind::AgentCreated]);
         // Nothing the first model shows is live: a diff from it is empty.
         let m1 = s.scan();
-        assert!(follow::diff(&m0, &m1, &mut s, &mut |_, _, _| false).is_empty());
+        // (But signals, which a state raises once it has stood a while.)
+        let live = follow::diff(&m0, &m1, &mut s, &mut |_, _, _| false);
+        assert!(
+            live.iter()
+                .all(|e| matches!(e.kind, Kind::SignalRaised | Kind::SignalCleared)),
+            "{live:?}"
+        );
     }
 }

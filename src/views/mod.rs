@@ -26,6 +26,8 @@ pub mod history;
 pub mod log;
 pub mod model;
 pub mod pool;
+pub mod prices;
+pub mod signal;
 pub mod status;
 
 use std::path::Path;
@@ -112,17 +114,25 @@ fn hold_unborn_agents(scanner: &Scanner, old: &Model, next: &mut Model) {
         .collect();
     for id in unborn {
         next.agents.remove(&id);
+        next.signals.remove(&id);
     }
 }
 
 /// How long a deposit reported by the hook is remembered for the follower to skip.
 const REPORTED_KEEP: Duration = Duration::from_secs(60);
 
-/// The four files, by name.
+/// The view files at the root, by name.
 pub const STATUS: &str = "status";
 pub const STATUS_JSON: &str = "status.json";
 pub const EVENTS: &str = "events";
 pub const EVENTS_NDJSON: &str = "events.ndjson";
+pub const ATTENTION: &str = "attention";
+pub const ATTENTION_JSON: &str = "attention.json";
+
+/// The longest an open of `events` waits for the history to be reconstructed, so that a
+/// `cat` right after the mount reads it whole; past that it reads what there is (and the
+/// daemon logs that it did).
+pub const HISTORY_WAIT: Duration = Duration::from_secs(10);
 
 /// The deposits made through this mount, so the follower neither races nor repeats
 /// them.
@@ -157,13 +167,20 @@ pub struct Views {
     /// whether one was reported since the follower last read them.
     refs_watched: AtomicBool,
     refs_moved: AtomicBool,
-    /// The length of the last `status` and `status.json` made: what a `stat` says
-    /// before an open makes a new one (reads are direct, so a reader always gets all).
-    status_lens: [AtomicU64; 2],
+    /// The length of the last `status`, `status.json`, `attention` and `attention.json`
+    /// made: what a `stat` says before an open makes a new one (reads are direct, so a
+    /// reader always gets all).
+    status_lens: [AtomicU64; 4],
     /// On a home mount, the root's log, which shows every event of this workspace too.
     tee: Mutex<Option<(Arc<EventLog>, Arc<str>)>>,
     /// On a home mount, the pool that follows these views ([`pool`]): a poke wakes it.
     pool: std::sync::OnceLock<Arc<pool::Wake>>,
+    /// What the steps cost, shared by every scanner of these views ([`model::spend`]).
+    ledger: Arc<Mutex<model::Ledger>>,
+    /// The price table, when the mount has one (`--prices`).
+    prices: std::sync::OnceLock<Arc<prices::Prices>>,
+    /// Told when the history is logged ([`Views::wait_history`]).
+    history_in: Condvar,
 }
 
 impl Views {
@@ -184,7 +201,36 @@ impl Views {
             refs_moved: AtomicBool::new(true),
             tee: Mutex::new(None),
             pool: std::sync::OnceLock::new(),
+            ledger: Arc::default(),
+            prices: std::sync::OnceLock::new(),
+            history_in: Condvar::new(),
         })
+    }
+
+    /// From now on tokens are priced with `prices` (once; a second table is ignored).
+    pub fn set_prices(&self, prices: Arc<prices::Prices>) {
+        let _ = self.prices.set(prices);
+    }
+
+    /// Waits until the history is logged, `limit` at most; whether it is.
+    pub fn wait_history(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        let mut waiting = self.waiting.lock();
+        while waiting.is_some() {
+            if self
+                .history_in
+                .wait_until(&mut waiting, deadline)
+                .timed_out()
+            {
+                return waiting.is_none();
+            }
+        }
+        true
+    }
+
+    /// A scanner of this workspace that shares the views' ledger.
+    fn new_scanner(&self) -> std::io::Result<Scanner> {
+        Scanner::with_ledger(&self.root, self.ledger.clone())
     }
 
     /// From now on every event logged here is also logged in `log` (a home mount's root
@@ -267,6 +313,13 @@ impl Views {
             | Kind::ToolFinished
             | Kind::BadRecord
             | Kind::Woken => e.agent == *me,
+            Kind::SignalRaised | Kind::SignalCleared => {
+                let kind = e
+                    .field("signal")
+                    .and_then(|v| v.as_str())
+                    .and_then(signal::SignalKind::parse);
+                kind.is_some_and(|k| signal::visible(k, &e.agent, Some(me)))
+            }
         }
     }
 
@@ -291,6 +344,7 @@ impl Views {
         if let Some(w) = waiting.take() {
             self.append(&w);
         }
+        self.history_in.notify_all();
         ::log::info!(
             "events: {} events reconstructed from the records",
             history.len()
@@ -372,7 +426,7 @@ impl Views {
     }
 
     fn scanner(&self) -> Option<Scanner> {
-        Scanner::new(&self.root)
+        self.new_scanner()
             .map_err(|e| ::log::warn!("events: cannot read the workspace ({e})"))
             .ok()
     }
@@ -383,7 +437,7 @@ impl Views {
         // views.
         let mut said = false;
         let mut scanner = loop {
-            match Scanner::new(&self.root) {
+            match self.new_scanner() {
                 Ok(s) => break s,
                 Err(e) if !said => {
                     ::log::info!("events: cannot read the workspace yet ({e}); trying again");
@@ -442,7 +496,7 @@ impl Views {
     /// the live events that waited for it.
     fn history(&self, first: &Model) {
         let t = std::time::Instant::now();
-        let one_pass = Scanner::one_pass(&self.root)
+        let one_pass = Scanner::one_pass(&self.root, self.ledger.clone())
             .map_err(|e| ::log::warn!("events: cannot read the workspace ({e})"))
             .ok();
         let events = match one_pass {
@@ -521,16 +575,35 @@ impl Views {
                 **slot = self.scanner();
             }
             if let Some(s) = slot.as_mut() {
-                return s.scan();
+                return s.scan_for_status();
             }
         }
         drop(shared);
-        self.scanner().map(|mut s| s.scan()).unwrap_or_default()
+        self.scanner()
+            .map(|mut s| s.scan_for_status())
+            .unwrap_or_default()
     }
 
     /// The rows of `status` now.
     pub fn rows(&self) -> Vec<status::Row> {
-        status::rows(&self.model_now(), self.confined.as_deref(), now_secs())
+        status::rows(
+            &self.model_now(),
+            self.confined.as_deref(),
+            now_secs(),
+            self.prices.get().map(|p| &**p),
+        )
+    }
+
+    /// `attention` (`json: false`) or `attention.json` now.
+    pub fn attention(&self, json: bool) -> Vec<u8> {
+        let list = status::attention(&self.rows());
+        let bytes = if json {
+            status::attention_json(&list).into_bytes()
+        } else {
+            status::attention_text(&list).into_bytes()
+        };
+        self.status_lens[2 + usize::from(json)].store(bytes.len() as u64, Ordering::Relaxed);
+        bytes
     }
 
     /// `status` (`json: false`) or `status.json` now.
@@ -548,6 +621,11 @@ impl Views {
     /// The length of the last `status` (`json: false`) or `status.json` made.
     pub fn status_len(&self, json: bool) -> u64 {
         self.status_lens[usize::from(json)].load(Ordering::Relaxed)
+    }
+
+    /// The length of the last `attention` (`json: false`) or `attention.json` made.
+    pub fn attention_len(&self, json: bool) -> u64 {
+        self.status_lens[2 + usize::from(json)].load(Ordering::Relaxed)
     }
 }
 

@@ -226,7 +226,7 @@ impl Follower {
         *self.views.poked.lock() = false;
         let started = Instant::now();
         match &mut self.following {
-            None => match Scanner::new(&self.views.root) {
+            None => match self.views.new_scanner() {
                 Ok(mut scanner) => {
                     let model = scanner.scan();
                     self.views.remember_names(&model);

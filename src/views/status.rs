@@ -1,16 +1,27 @@
-//! `status` and `status.json`: one row per living agent, gathered from a [`Model`] and
-//! rendered twice from the same rows.
+//! `status`, `status.json`, `attention` and `attention.json`: one row per living agent,
+//! gathered from a [`Model`] and rendered from the same rows.
 //!
-//! Guarantees: both renderings come from one [`Row`] per agent, so they always agree;
+//! Guarantees: every rendering comes from one [`Row`] per agent, so they always agree;
 //! children follow their parent (the id minus its last two hyphen tokens), indented in
-//! the text; a bad record or a deposit nobody consumes is a note under its agent's row,
-//! never an error on the whole file. Under `--agent ID` the rows of other agents carry
-//! only what git already shows (name, marks, title, the commit time); their state is
-//! `-` unless a `held` mark says `held`, and their pending count is ID's own deposits.
+//! the text; a signal ([`super::signal`]), a bad record or a deposit nobody consumes is a
+//! `!` line under its agent's row, never an error on the whole file; `attention` is the
+//! rows' signals alone, most urgent first. Spend ([`super::model::spend`]) is shown for
+//! an agent and for its tree (it and every `<id>-*`), and the budget its workflow sets
+//! against its litany tree (the first two hyphen tokens of its id, as litany's budget
+//! check counts). Under `--agent ID` the rows of other agents carry only what git
+//! already shows (name, marks, the signals of marks, title, the commit time); their
+//! state is `-` unless a `held` mark says `held`, their pending count is ID's own
+//! deposits, and no row shows another agent's spend (nor a tree's, nor a budget's
+//! spent, which would sum it).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::model::{Held, Model, StepState};
+use super::model::{Budget, Held, Model, Spend, StepState, WorkflowFrom};
+use super::prices::{Cost, Prices};
+use super::signal::{Signal, visible};
 use crate::deposit::format_utc;
 use crate::workspace::ids::parent_of;
 use crate::workspace::{INBOX_DIR, STEPS_DIR};
@@ -29,12 +40,13 @@ pub const FLAG_KINDS: [&str; 7] = [
 ];
 /// The `held` mark kind.
 pub const HELD_KIND: &str = "held";
-/// The text's header.
 /// The first column's header on a home mount.
 const WORKSPACE_HEADER: &str = "WORKSPACE";
-const HEADER: [&str; 8] = [
-    "NAME", "ID", "STATE", "STEP", "PENDING", "ACTIVITY", "FLAGS", "TITLE",
+/// The text's columns (`COST` only with prices).
+const HEADER: [&str; 10] = [
+    "NAME", "ID", "STATE", "STEP", "PENDING", "TOKENS", "COST", "ACTIVITY", "FLAGS", "TITLE",
 ];
+const COST_COLUMN: usize = 6;
 /// Indentation per generation in the name column, and before a note.
 const INDENT: &str = "  ";
 const NOTE: &str = "    ! ";
@@ -62,10 +74,121 @@ pub struct Row {
     pub title: Option<String>,
     /// Bad records and stale deposits, one line each.
     pub notes: Vec<String>,
+    /// What needs a look, most urgent first (paths workspace-relative).
+    pub signals: Vec<Signal>,
+    /// What its own steps cost; `None` when they are not this view's to see.
+    pub spend: Option<Figures>,
+    /// What its tree's steps cost (it and every `<id>-*`).
+    pub tree: Option<Figures>,
+    /// The budget its workflow sets, when it sets one.
+    pub budget: Option<BudgetRow>,
 }
 
-/// The rows of `model`, parents before their children, as `confined` may see them.
-pub fn rows(model: &Model, confined: Option<&str>, now: i64) -> Vec<Row> {
+/// What some steps cost, as the views show it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Figures {
+    pub tokens: u64,
+    pub wall_seconds: u64,
+    pub steps: u64,
+    /// With prices only.
+    pub cost: Option<Cost>,
+}
+
+impl Figures {
+    pub fn of(s: &Spend, prices: Option<&Prices>) -> Figures {
+        let cost = prices.map(|p| {
+            let mut c = Cost::default();
+            for (payer, t) in &s.by_payer {
+                c.add(&p.cost(payer, t));
+            }
+            c
+        });
+        Figures {
+            tokens: s.tokens,
+            wall_seconds: s.wall_seconds,
+            steps: s.steps,
+            cost,
+        }
+    }
+
+    pub fn add(&mut self, o: &Figures) {
+        self.tokens = self.tokens.saturating_add(o.tokens);
+        self.wall_seconds = self.wall_seconds.saturating_add(o.wall_seconds);
+        self.steps = self.steps.saturating_add(o.steps);
+        if let Some(oc) = &o.cost {
+            self.cost.get_or_insert_with(Cost::default).add(oc);
+        }
+    }
+
+    fn json(&self) -> serde_json::Map<String, Value> {
+        let mut m = serde_json::Map::new();
+        m.insert("tokens".into(), self.tokens.into());
+        m.insert("wall_seconds".into(), self.wall_seconds.into());
+        m.insert("steps".into(), self.steps.into());
+        if let Some(c) = &self.cost {
+            m.insert("cost_usd".into(), usd(c.usd));
+            m.insert("unpriced_tokens".into(), c.unpriced_tokens.into());
+        }
+        m
+    }
+}
+
+/// Dollars rounded to the millionth, as JSON.
+fn usd(v: f64) -> Value {
+    serde_json::Number::from_f64((v * 1e6).round() / 1e6).map_or(Value::Null, Value::Number)
+}
+
+/// A budget and what its tree spent of it (`spent`: `None` when that is not this view's
+/// to see).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetRow {
+    pub max_total_tokens: Option<u64>,
+    pub spent: Option<u64>,
+    pub max_wall_seconds: Option<u64>,
+    pub wall_spent: Option<u64>,
+    /// The litany tree the budget counts (the first two hyphen tokens of the id).
+    pub root: String,
+    /// The commit whose `workflow.yaml` was read, and why that one.
+    pub workflow: String,
+    pub from: String,
+}
+
+/// The root of an agent's tree as litany's budget check takes it
+/// (`prompt/budget/mod.rs` `root_of`): the id up to its second hyphen.
+pub fn litany_root(id: &str) -> &str {
+    match id.match_indices('-').nth(1) {
+        Some((at, _)) => &id[..at],
+        None => id,
+    }
+}
+
+/// Every tree's figures: for each agent's, added to it and to each prefix of its id that
+/// ends before a hyphen (so `tree["a-b"]` sums `a-b` and every `a-b-*`).
+fn trees(own: &BTreeMap<&str, Figures>) -> crate::FastMap<String, Figures> {
+    let mut out: crate::FastMap<String, Figures> = crate::FastMap::default();
+    for (id, f) in own {
+        out.entry(id.to_string()).or_default().add(f);
+        for (at, _) in id.match_indices('-') {
+            out.entry(id[..at].to_string()).or_default().add(f);
+        }
+    }
+    out
+}
+
+/// The rows of `model`, parents before their children, as `confined` may see them,
+/// priced with `prices` when given.
+pub fn rows(model: &Model, confined: Option<&str>, now: i64, prices: Option<&Prices>) -> Vec<Row> {
+    let own: BTreeMap<&str, Figures> = model
+        .agents
+        .iter()
+        .filter(|(id, _)| confined.is_none_or(|me| me == id.as_str()))
+        .map(|(id, a)| (id.as_str(), Figures::of(&a.account.spend, prices)))
+        .collect();
+    let trees = confined.is_none().then(|| trees(&own));
+    let costs = Costs {
+        own: &own,
+        trees: trees.as_ref(),
+    };
     // Roots of the listing: agents whose parent is not living; then depth-first.
     let mut out = Vec::new();
     let ids: Vec<&String> = model.agents.keys().collect();
@@ -79,7 +202,7 @@ pub fn rows(model: &Model, confined: Option<&str>, now: i64) -> Vec<Row> {
         .map(|id| (*id, 0))
         .collect();
     while let Some((id, depth)) = stack.pop() {
-        out.push(row(model, id, depth, confined, now));
+        out.push(row(model, id, depth, confined, now, &costs));
         let children = ids
             .iter()
             .rev()
@@ -89,7 +212,41 @@ pub fn rows(model: &Model, confined: Option<&str>, now: i64) -> Vec<Row> {
     out
 }
 
-fn row(model: &Model, id: &str, depth: usize, confined: Option<&str>, now: i64) -> Row {
+/// The figures rows are made with.
+struct Costs<'a> {
+    own: &'a BTreeMap<&'a str, Figures>,
+    /// `None` under `--agent`.
+    trees: Option<&'a crate::FastMap<String, Figures>>,
+}
+
+fn budget_row(id: &str, b: &Budget, costs: &Costs) -> BudgetRow {
+    let root = litany_root(id);
+    let spent = costs
+        .trees
+        .map(|t| t.get(root).cloned().unwrap_or_default());
+    BudgetRow {
+        max_total_tokens: b.max_total_tokens,
+        spent: spent.as_ref().map(|f| f.tokens),
+        max_wall_seconds: b.max_wall_seconds,
+        wall_spent: spent.as_ref().map(|f| f.wall_seconds),
+        root: root.to_string(),
+        workflow: b.workflow.to_string(),
+        from: match &b.from {
+            WorkflowFrom::Mark { holder } => format!("marks/workflow/{holder}"),
+            WorkflowFrom::LineageTip => "config lineage tip".into(),
+            WorkflowFrom::Governing => "governing config commit".into(),
+        },
+    }
+}
+
+fn row(
+    model: &Model,
+    id: &str,
+    depth: usize,
+    confined: Option<&str>,
+    now: i64,
+    costs: &Costs,
+) -> Row {
     let a = &model.agents[id];
     let mine = confined.is_none_or(|me| me == id);
     let mut marks: Vec<String> = model.marks_of(id).map(|(k, _)| k.to_string()).collect();
@@ -120,9 +277,16 @@ fn row(model: &Model, id: &str, depth: usize, confined: Option<&str>, now: i64) 
         .filter(|_| mine)
         .map(|s| (s.dir.clone(), s.state(true, a.running)));
     let mut notes = Vec::new();
-    if let Some(h) = &held {
-        notes.push(format!("held {}: {}", h.tool, h.reason));
-    }
+    let signals: Vec<Signal> = model
+        .signals
+        .get(id)
+        .map(|s| {
+            s.iter()
+                .filter(|s| visible(s.kind, id, confined))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
     for ((file, _), p) in &visible_pending {
         let age = now - p.deposited_at.unwrap_or(p.mtime);
         if age > STALE_PENDING_SECS {
@@ -164,10 +328,101 @@ fn row(model: &Model, id: &str, depth: usize, confined: Option<&str>, now: i64) 
         last_activity: a.last_activity,
         title: a.title.clone(),
         notes,
+        signals,
+        spend: costs.own.get(id).cloned(),
+        tree: costs.trees.map(|t| t.get(id).cloned().unwrap_or_default()),
+        budget: a.budget.as_ref().map(|b| budget_row(id, b, costs)),
     }
 }
 
-/// The text table: a header, then one line per row (and its notes).
+/// `n` tokens in a few characters: `850`, `12.3k`, `123k`, `1.2M`.
+pub fn compact(n: u64) -> String {
+    if n < 1000 {
+        return n.to_string();
+    }
+    let mut v = n as f64;
+    for unit in ["k", "M", "G", "T"] {
+        v /= 1000.0;
+        if v < 99.95 {
+            let s = format!("{v:.1}");
+            return format!("{}{unit}", s.strip_suffix(".0").unwrap_or(&s));
+        }
+        if v < 999.5 {
+            return format!("{v:.0}{unit}");
+        }
+    }
+    format!("{v:.0}P")
+}
+
+/// A duration in seconds as `45s`, `12m05s`, `3h02m` or `2d04h`.
+pub fn duration(secs: u64) -> String {
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
+        s if s < 86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        s => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// A cost as `$1.23`, `$1.23+?` when some tokens had no price, `?` when none had.
+fn money(c: &Cost, tokens: u64) -> String {
+    match (c.unpriced_tokens, tokens) {
+        (_, 0) => "$0.00".into(),
+        (u, t) if u >= t => "?".into(),
+        (0, _) => format!("${:.2}", c.usd),
+        _ => format!("${:.2}+?", c.usd),
+    }
+}
+
+/// What a row's `TOKENS` and `COST` show: its tree's on a root of the listing, else its
+/// own; with a token budget, the tree's spend against it.
+fn shown(r: &Row) -> Option<&Figures> {
+    if r.depth == 0 {
+        r.tree.as_ref().or(r.spend.as_ref())
+    } else {
+        r.spend.as_ref()
+    }
+}
+
+fn tokens_cell(r: &Row) -> String {
+    if r.depth == 0
+        && let Some(b) = &r.budget
+        && let (Some(max), Some(spent)) = (b.max_total_tokens, b.spent)
+    {
+        return format!("{}/{}", compact(spent), compact(max));
+    }
+    shown(r).map_or(NONE.into(), |f| compact(f.tokens))
+}
+
+/// The total of every row's own figures, and the line that says it.
+fn total_line(rows: &[Row], scope: &str) -> String {
+    let mut total = Figures::default();
+    for r in rows {
+        if let Some(f) = &r.spend {
+            total.add(f);
+        }
+    }
+    let mut line = format!(
+        "{scope}: {} tokens, {} wall, {} steps",
+        compact(total.tokens),
+        duration(total.wall_seconds),
+        total.steps
+    );
+    if let Some(c) = &total.cost {
+        line.push_str(&format!(", ${:.2}", c.usd));
+        if c.unpriced_tokens > 0 {
+            line.push_str(&format!(
+                " and {} tokens unpriced",
+                compact(c.unpriced_tokens)
+            ));
+        }
+    }
+    line.push('\n');
+    line
+}
+
+/// The text table: the workspace's total, a header, then one line per row (and its
+/// `!` lines).
 pub fn text(rows: &[Row]) -> String {
     table(rows, rows.iter().any(|r| r.workspace.is_some()))
 }
@@ -178,6 +433,9 @@ pub fn text_of_home(rows: &[Row]) -> String {
 }
 
 fn table(rows: &[Row], home: bool) -> String {
+    let priced = rows
+        .iter()
+        .any(|r| r.spend.as_ref().is_some_and(|f| f.cost.is_some()));
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
@@ -200,6 +458,10 @@ fn table(rows: &[Row], home: bool) -> String {
                         .as_ref()
                         .map_or(NONE.into(), |(n, s)| format!("{n}:{}", s.as_str())),
                     r.pending.to_string(),
+                    tokens_cell(r),
+                    shown(r)
+                        .and_then(|f| f.cost.as_ref().map(|c| money(c, f.tokens)))
+                        .unwrap_or_else(|| NONE.into()),
                     r.last_activity.map_or(NONE.into(), format_utc),
                     if flags.is_empty() {
                         NONE.into()
@@ -210,13 +472,22 @@ fn table(rows: &[Row], home: bool) -> String {
                         .as_deref()
                         .map_or(NONE.into(), |t| t.replace(['\n', '\r'], " ")),
                 ])
+                .enumerate()
+                .filter(|(i, _)| priced || *i != COST_COLUMN + usize::from(home))
+                .map(|(_, c)| c)
                 .collect()
         })
         .collect();
     let header: Vec<&str> = home
         .then_some(WORKSPACE_HEADER)
         .into_iter()
-        .chain(HEADER)
+        .chain(
+            HEADER
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| priced || *i != COST_COLUMN)
+                .map(|(_, h)| *h),
+        )
         .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for c in &cells {
@@ -236,10 +507,18 @@ fn table(rows: &[Row], home: bool) -> String {
         l.push('\n');
         l
     };
-    let mut out = line(&header);
+    let mut out = total_line(rows, if home { "home" } else { "workspace" });
+    out.push_str(&line(&header));
     for (r, c) in rows.iter().zip(&cells) {
         let cols: Vec<&str> = c.iter().map(String::as_str).collect();
         out.push_str(&line(&cols));
+        for s in &r.signals {
+            out.push_str(NOTE);
+            out.push_str(
+                &format!("{}: {} ({})", s.kind.as_str(), s.says, s.path).replace(['\n', '\r'], " "),
+            );
+            out.push('\n');
+        }
         for n in &r.notes {
             out.push_str(NOTE);
             out.push_str(&n.replace(['\n', '\r'], " "));
@@ -267,8 +546,160 @@ pub fn json(rows: &[Row]) -> String {
                 "last_activity": r.last_activity.map(format_utc),
                 "title": r.title,
                 "notes": r.notes,
+                "signals": r.signals.iter().map(|s| json!({
+                    "kind": s.kind.as_str(),
+                    "says": s.says,
+                    "path": s.path,
+                })).collect::<Vec<Value>>(),
             });
-            if let (Some(ws), Some(o)) = (&r.workspace, v.as_object_mut()) {
+            if let Some(o) = v.as_object_mut() {
+                let own = r.spend.as_ref().map(Figures::json).unwrap_or_default();
+                for k in ["tokens", "wall_seconds", "steps"] {
+                    o.insert(k.into(), own.get(k).cloned().unwrap_or(Value::Null));
+                }
+                for k in ["cost_usd", "unpriced_tokens"] {
+                    if let Some(v) = own.get(k) {
+                        o.insert(k.into(), v.clone());
+                    }
+                }
+                o.insert(
+                    "tree".into(),
+                    r.tree
+                        .as_ref()
+                        .map_or(Value::Null, |t| Value::Object(t.json())),
+                );
+                o.insert(
+                    "budget".into(),
+                    r.budget.as_ref().map_or(Value::Null, budget_json),
+                );
+                if let Some(ws) = &r.workspace {
+                    o.insert("workspace".into(), Value::from(&**ws));
+                }
+            }
+            v
+        })
+        .collect();
+    let mut out = serde_json::to_string_pretty(&Value::Array(v)).unwrap_or_else(|_| "[]".into());
+    out.push('\n');
+    out
+}
+
+fn budget_json(b: &BudgetRow) -> Value {
+    let left = |max: Option<u64>, spent: Option<u64>| match (max, spent) {
+        (Some(m), Some(s)) => Value::from(m.saturating_sub(s)),
+        _ => Value::Null,
+    };
+    let mut v = json!({
+        "max_total_tokens": b.max_total_tokens,
+        "spent": b.spent,
+        "left": left(b.max_total_tokens, b.spent),
+        "tree": b.root,
+        "workflow": b.workflow,
+        "workflow_from": b.from,
+    });
+    if let (Some(max), Some(o)) = (b.max_wall_seconds, v.as_object_mut()) {
+        o.insert("max_wall_seconds".into(), max.into());
+        o.insert("wall_seconds".into(), b.wall_spent.into());
+        o.insert("wall_left".into(), left(Some(max), b.wall_spent));
+    }
+    v
+}
+
+/// One line of `attention`: a raised signal and whose it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attention {
+    pub workspace: Option<Arc<str>>,
+    pub id: String,
+    pub name: Option<String>,
+    pub signal: Signal,
+}
+
+/// The signals of `rows`, most urgent first (then in the rows' order).
+pub fn attention(rows: &[Row]) -> Vec<Attention> {
+    let mut out: Vec<(usize, Attention)> = rows
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| {
+            r.signals.iter().map(move |s| {
+                (
+                    i,
+                    Attention {
+                        workspace: r.workspace.clone(),
+                        id: r.id.clone(),
+                        name: r.name.clone(),
+                        signal: s.clone(),
+                    },
+                )
+            })
+        })
+        .collect();
+    out.sort_by_key(|(i, a)| (a.signal.kind, *i));
+    out.into_iter().map(|(_, a)| a).collect()
+}
+
+/// `attention`: one line per signal, most urgent first, with a header; empty when
+/// nothing needs a look.
+pub fn attention_text(list: &[Attention]) -> String {
+    if list.is_empty() {
+        return String::new();
+    }
+    let home = list.iter().any(|a| a.workspace.is_some());
+    let cells: Vec<Vec<String>> = list
+        .iter()
+        .map(|a| {
+            let ws = home.then(|| a.workspace.as_deref().unwrap_or(NONE).to_string());
+            ws.into_iter()
+                .chain([
+                    a.signal.kind.as_str().to_string(),
+                    a.name.clone().unwrap_or_else(|| NONE.into()),
+                    a.id.clone(),
+                    a.signal.path.clone(),
+                    a.signal.says.replace(['\n', '\r'], " "),
+                ])
+                .collect()
+        })
+        .collect();
+    let header: Vec<String> = home
+        .then_some(WORKSPACE_HEADER)
+        .into_iter()
+        .chain(["SIGNAL", "NAME", "ID", "PATH", "SAYS"])
+        .map(str::to_string)
+        .collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for c in &cells {
+        for (w, cell) in widths.iter_mut().zip(c) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for c in std::iter::once(&header).chain(&cells) {
+        let mut l = String::new();
+        for (i, (cell, w)) in c.iter().zip(&widths).enumerate() {
+            l.push_str(cell);
+            if i + 1 != c.len() {
+                l.push_str(&" ".repeat(w - cell.chars().count() + 2));
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `attention.json`: an array of `{workspace?, kind, id, name, says, path}`, most urgent
+/// first.
+pub fn attention_json(list: &[Attention]) -> String {
+    let v: Vec<Value> = list
+        .iter()
+        .map(|a| {
+            let mut v = json!({
+                "kind": a.signal.kind.as_str(),
+                "id": a.id,
+                "name": a.name,
+                "says": a.signal.says,
+                "path": a.signal.path,
+            });
+            if let (Some(ws), Some(o)) = (&a.workspace, v.as_object_mut()) {
                 o.insert("workspace".into(), Value::from(&**ws));
             }
             v
@@ -327,7 +758,7 @@ mod tests {
     fn rows_follow_the_tree_and_the_state_rules() {
         let (_t, f) = workspace();
         let m = Scanner::new(f.root()).unwrap().scan();
-        let rows = rows(&m, None, NOW);
+        let rows = rows(&m, None, NOW, None);
         let ids: Vec<(&str, usize)> = rows.iter().map(|r| (r.id.as_str(), r.depth)).collect();
         assert_eq!(ids, vec![("r1-a", 0), ("r1-a-c1-x", 1), ("r2-b", 0)]);
         let [a, c, b] = [&rows[0], &rows[1], &rows[2]];
@@ -357,7 +788,11 @@ mod tests {
         );
 
         let t = text(&rows);
-        let lines: Vec<&str> = t.lines().collect();
+        let lines: Vec<&str> = t.lines().skip(1).collect();
+        assert!(
+            t.starts_with("workspace: 0 tokens, 0s wall, 3 steps\n"),
+            "{t}"
+        );
         assert!(lines[0].starts_with("NAME"));
         assert!(lines[1].starts_with("Alpha "), "{t}");
         assert!(
@@ -365,8 +800,16 @@ mod tests {
             "{t}"
         );
         assert!(lines[1].ends_with("Fix the build"), "{t}");
-        assert!(lines[2].starts_with("  - "), "{t}");
-        assert!(t.contains("    ! held bash: ask first\n"), "{t}");
+        assert!(
+            lines[2].starts_with("    ! notify: it asks for your attention"),
+            "{t}"
+        );
+        assert!(lines[3].starts_with("  - "), "{t}");
+        assert!(
+            t.contains("    ! held: its bash call t waits for an answer (ask first): "),
+            "{t}"
+        );
+        assert!(t.contains(" (marks/held/r2-b)\n"), "{t}");
         // Every row's columns line up with the header's.
         let col = lines[0].find("STATE").unwrap();
         assert_eq!(&lines[1][col..col + 4], "idle");
@@ -383,10 +826,137 @@ mod tests {
     }
 
     #[test]
+    fn spend_per_agent_and_tree_and_what_needs_a_look_first() {
+        let (_t, f) = workspace();
+        let usage = |i: u32, o: u32| {
+            format!(
+                "{{\"type\":\"message_start\",\"v\":1,\"model\":\"m1\",\"role\":\"assistant\"}}\n{{\"type\":\"usage\",\"input_tokens\":{i},\"output_tokens\":{o}}}\n"
+            )
+        };
+        let meta = br#"{"provider":"p","started_at":"2026-12-02T09:42:30Z","ended_at":"2026-12-02T09:43:35Z"}"#;
+        f.step(
+            "r1-a",
+            1,
+            &[
+                ("response.json", usage(12_000, 300).as_bytes()),
+                ("meta.json", meta),
+            ],
+        )
+        .unwrap();
+        f.step(
+            "r1-a-c1-x",
+            1,
+            &[("response.json", usage(900, 100).as_bytes())],
+        )
+        .unwrap();
+        f.step(
+            "r2-b",
+            1,
+            &[
+                ("response.json", usage(5, 5).as_bytes()),
+                ("meta.json", b"{}"),
+            ],
+        )
+        .unwrap();
+        let prices =
+            Prices::parse(br#"[{"provider":"p","model":"*","input":1000,"output":1000}]"#).unwrap();
+        let m = Scanner::new(f.root()).unwrap().scan();
+        let rows = rows(&m, None, NOW, Some(&prices));
+        let [a, c, b] = [&rows[0], &rows[1], &rows[2]];
+        assert_eq!(a.spend.as_ref().unwrap().tokens, 12_300);
+        assert_eq!(a.spend.as_ref().unwrap().wall_seconds, 65);
+        assert_eq!(a.tree.as_ref().unwrap().tokens, 13_300);
+        assert_eq!(a.tree.as_ref().unwrap().steps, 3);
+        assert_eq!(c.tree.as_ref().unwrap().tokens, 1000);
+        // r1-a's own tokens are priced; the child's step has no provider (no meta.json).
+        let cost = a.tree.as_ref().unwrap().cost.unwrap();
+        assert!((cost.usd - 12.3).abs() < 1e-9, "{cost:?}");
+        assert_eq!(cost.unpriced_tokens, 1000);
+        assert_eq!(b.spend.as_ref().unwrap().cost.unwrap().unpriced_tokens, 10);
+        let t = text(&rows);
+        assert!(
+            t.starts_with(
+                "workspace: 13.3k tokens, 1m05s wall, 4 steps, $12.30 and 1k tokens unpriced\n"
+            ),
+            "{t}"
+        );
+        let header = t.lines().nth(1).unwrap();
+        let col = header.find("TOKENS").unwrap();
+        let cost_col = header.find("COST").unwrap();
+        let alpha = t.lines().nth(2).unwrap();
+        assert_eq!(&alpha[col..col + 6], "13.3k ", "{t}");
+        assert_eq!(&alpha[cost_col..cost_col + 8], "$12.30+?", "{t}");
+        let child = t.lines().find(|l| l.contains("r1-a-c1-x")).unwrap();
+        assert_eq!(&child[col..col + 5], "1k   ", "{t}");
+        let v: Value = serde_json::from_str(&json(&rows)).unwrap();
+        assert_eq!(v[0]["tokens"], 12_300);
+        assert_eq!(v[0]["tree"]["tokens"], 13_300);
+        assert_eq!(v[0]["tree"]["unpriced_tokens"], 1000);
+        assert_eq!(v[0]["cost_usd"], 12.3);
+        assert_eq!(v[0]["budget"], Value::Null);
+        assert_eq!(v[0]["signals"][0]["kind"], "notify");
+        assert_eq!(v[2]["signals"][0]["path"], "marks/held/r2-b");
+        // Without prices, no money anywhere.
+        let plain = super::rows(&m, None, NOW, None);
+        assert!(!text(&plain).contains("COST"));
+        assert!(json(&plain).find("cost_usd").is_none());
+        // attention: the most urgent first, whoever it is.
+        let list = attention(&rows);
+        let kinds: Vec<(&str, &str)> = list
+            .iter()
+            .map(|a| (a.signal.kind.as_str(), a.id.as_str()))
+            .collect();
+        assert_eq!(kinds, [("held", "r2-b"), ("notify", "r1-a")]);
+        let at = attention_text(&list);
+        let lines: Vec<&str> = at.lines().collect();
+        assert!(lines[0].starts_with("SIGNAL  NAME   ID    PATH"), "{at}");
+        assert!(
+            lines[1].starts_with("held    Beta   r2-b  marks/held/r2-b"),
+            "{at}"
+        );
+        assert!(
+            lines[2].starts_with("notify  Alpha  r1-a  marks/notify/r1-a"),
+            "{at}"
+        );
+        let aj: Value = serde_json::from_str(&attention_json(&list)).unwrap();
+        assert_eq!(aj[0]["kind"], "held");
+        assert_eq!(aj[1]["name"], "Alpha");
+        assert_eq!(attention_text(&[]), "");
+        assert_eq!(attention_json(&[]), "[]\n");
+        // Confined: no other agent's spend, no tree.
+        let mine = super::rows(&m, Some("r1-a"), NOW, None);
+        assert_eq!(mine[0].spend.as_ref().unwrap().tokens, 12_300);
+        assert!(mine[0].tree.is_none() && mine[1].spend.is_none());
+    }
+
+    #[test]
+    fn numbers_in_a_few_characters() {
+        for (n, s) in [
+            (0, "0"),
+            (999, "999"),
+            (1000, "1k"),
+            (1234, "1.2k"),
+            (12_345, "12.3k"),
+            (99_960, "100k"),
+            (123_456, "123k"),
+            (999_600, "1M"),
+            (1_234_567, "1.2M"),
+        ] {
+            assert_eq!(compact(n), s, "{n}");
+        }
+        assert_eq!(duration(59), "59s");
+        assert_eq!(duration(65), "1m05s");
+        assert_eq!(duration(3 * 3600 + 120), "3h02m");
+        assert_eq!(duration(2 * 86_400 + 4 * 3600), "2d04h");
+        assert_eq!(litany_root("a-b-c-d"), "a-b");
+        assert_eq!(litany_root("a"), "a");
+    }
+
+    #[test]
     fn a_confined_view_shows_others_only_what_git_shows() {
         let (_t, f) = workspace();
         let m = Scanner::new(f.root()).unwrap().scan();
-        let rows = rows(&m, Some("r1-a"), NOW);
+        let rows = rows(&m, Some("r1-a"), NOW, None);
         let c = rows.iter().find(|r| r.id == "r1-a-c1-x").unwrap();
         assert_eq!((c.state, c.step.clone(), c.pending), (NONE, None, 0));
         assert!(c.notes.is_empty(), "{:?}", c.notes);

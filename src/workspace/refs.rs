@@ -28,6 +28,8 @@ use parking_lot::Mutex;
 
 use super::ids::is_component;
 
+/// The branch prefix of every config lineage: `refs/heads/config/<name>`.
+pub const CONFIG_REF_PREFIX: &str = "refs/heads/config/";
 /// The branch prefix of every agent: `refs/heads/agents/<id>`.
 pub const AGENT_REF_PREFIX: &str = "refs/heads/agents/";
 /// `refs/heads/agents/<id>`: the ref that makes `id` an agent.
@@ -613,6 +615,31 @@ impl Refs {
         }
         shared.insert(oid, Arc::downgrade(&bytes));
         Ok(bytes)
+    }
+
+    /// The tip of every config lineage (`refs/heads/config/*`), sorted.
+    pub fn config_heads(&self) -> Result<Vec<Oid>, GitError> {
+        let repo = self.pool.get()?;
+        let mut skipped = Vec::new();
+        let mut heads: Vec<Oid> = list_refs(&repo, CONFIG_REF_PREFIX, &mut skipped)?
+            .into_values()
+            .collect();
+        heads.sort();
+        Ok(heads)
+    }
+
+    /// The best common ancestor of commits `a` and `b`, if they have one.
+    pub fn merge_base(&self, a: Oid, b: Oid) -> Option<Oid> {
+        self.pool.get().ok()?.merge_base(a, b).ok()
+    }
+
+    /// Whether commit `a` is `b` or an ancestor of it (`git merge-base --is-ancestor`).
+    pub fn is_ancestor(&self, a: Oid, b: Oid) -> bool {
+        a == b
+            || self
+                .pool
+                .get()
+                .is_ok_and(|repo| repo.graph_descendant_of(b, a).unwrap_or(false))
     }
 
     /// The committer time of a commit, used as the mtime of what it holds.

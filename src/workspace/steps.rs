@@ -8,6 +8,9 @@ pub const DRIVER_LOG: &str = "driver.log";
 pub const RESPONSE_FILE: &str = "response.json";
 /// A step's closing record: written once the step is done, so its records no longer grow.
 pub const META_FILE: &str = "meta.json";
+/// The adapter's stderr, every attempt's appended (normally empty: brazen speaks its
+/// failures in-band).
+pub const STDERR_FILE: &str = "stderr.log";
 /// A step's tool records directory: one `<tool_use_id>/` per tool call.
 pub const TOOLS_DIR: &str = "tools";
 /// A tool record's input (the model's call as litany wrote it).

@@ -18,7 +18,7 @@ const BLOCK: usize = 2;
 /// ignored, as brazen's `#[serde(other)]` does; a known type with a wrong shape fails.
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-enum Event {
+pub(super) enum Event {
     MessageStart {
         v: u8,
         #[serde(default)]
@@ -65,7 +65,7 @@ enum Event {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "lowercase")]
-enum Role {
+pub(super) enum Role {
     System,
     User,
     Assistant,
@@ -74,12 +74,12 @@ enum Role {
 
 /// brazen's `Usage`: every counter optional, unknown fields ignored.
 #[derive(Deserialize)]
-struct UsageEvent {
-    input_tokens: Option<u32>,
-    output_tokens: Option<u32>,
-    cache_read_tokens: Option<u32>,
-    cache_write_tokens: Option<u32>,
-    input_total_tokens: Option<u32>,
+pub(super) struct UsageEvent {
+    pub(super) input_tokens: Option<u32>,
+    pub(super) output_tokens: Option<u32>,
+    pub(super) cache_read_tokens: Option<u32>,
+    pub(super) cache_write_tokens: Option<u32>,
+    pub(super) input_total_tokens: Option<u32>,
     #[serde(default)]
     thinking_tokens: Option<u32>,
     #[serde(default)]
@@ -520,7 +520,7 @@ impl Fold {
 }
 
 /// An error kind as a word: `transport`, `provider 503`, or its JSON.
-fn error_kind(kind: &Value) -> String {
+pub(super) fn error_kind(kind: &Value) -> String {
     match kind {
         Value::String(s) => s.clone(),
         Value::Object(o) if o.len() == 1 && o.contains_key("provider") => {

@@ -37,9 +37,11 @@ use crate::paging::CaptureKey;
 
 mod fast;
 mod fold;
+mod tally;
 
 use fast::{Run, text_run};
 pub(super) use fold::Fold;
+pub use tally::{Attempt, Tally, Tokens};
 
 #[cfg(test)]
 pub(super) use fast::takes_fast_path;

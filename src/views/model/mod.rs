@@ -25,13 +25,15 @@ use crate::workspace::backing::{Backing, Stat};
 use crate::workspace::refs::{GitEntry, Refs, TITLE_FILE};
 use crate::workspace::{INBOX_DIR, STEPS_DIR};
 
+mod budget;
 mod inbox;
+pub mod spend;
 mod steps;
 
+pub use budget::{Budget, WorkflowFrom};
 pub use inbox::{Inbox, Pending, deposited_at};
-pub use steps::{
-    Finish, Meta, Output, RESPONSE_TAIL_BYTES, Step, StepList, StepName, StepState, Tool,
-};
+pub use spend::{Account, Ledger, Spend};
+pub use steps::{Finish, Meta, Output, Step, StepList, StepName, StepState, Tool};
 
 /// The workspace at one moment.
 #[derive(Debug, Clone, Default)]
@@ -41,6 +43,9 @@ pub struct Model {
     pub agents: BTreeMap<String, Agent>,
     /// (kind, id) → mark.
     pub marks: BTreeMap<(String, String), Mark>,
+    /// The signals of every agent that has any ([`crate::views::signal`]), as the whole
+    /// workspace sees them.
+    pub signals: BTreeMap<String, Arc<[crate::views::signal::Signal]>>,
 }
 
 impl Model {
@@ -76,6 +81,11 @@ pub struct Agent {
     /// Seconds: the newest of the tip's commit time, the latest step's files and the
     /// inbox's entries.
     pub last_activity: Option<i64>,
+    /// What its steps cost, and how its highest step's call ended ([`spend`]).
+    pub account: Arc<Account>,
+    /// The budget its governing workflow sets, when it sets one (gathered for `status`
+    /// only: [`Scanner::scan_for_status`]).
+    pub budget: Option<Arc<Budget>>,
 }
 
 /// A mark; `value` for a blob mark (`cwd`, `held`, `role`), as text.
@@ -183,6 +193,11 @@ pub struct Scanner {
     /// Whether steps and tools read are remembered (not for a one-pass reader, such as
     /// history, which reads each record once and would only grow the caches).
     caching: bool,
+    /// What the steps cost, shared with every scanner of the same views.
+    ledger: Arc<parking_lot::Mutex<Ledger>>,
+    /// The workflows' budgets ([`budget`]).
+    workflows: budget::Workflows,
+    root: PathBuf,
 }
 
 /// The longest a reading of the refs is used by [`Scanner::scan_with`] when no watch
@@ -195,6 +210,14 @@ const FULL_SCAN_EVERY: u32 = 120;
 
 impl Scanner {
     pub fn new(root: &Path) -> std::io::Result<Self> {
+        Self::with_ledger(root, Arc::default())
+    }
+
+    /// A scanner that shares `ledger` (the views' one: [`spend`]).
+    pub fn with_ledger(
+        root: &Path,
+        ledger: Arc<parking_lot::Mutex<Ledger>>,
+    ) -> std::io::Result<Self> {
         let refs = Refs::open(&root.join(crate::workspace::REPO_DIR))
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         Ok(Self {
@@ -211,14 +234,22 @@ impl Scanner {
             grown: false,
             last_refs: None,
             caching: true,
+            ledger,
+            workflows: budget::Workflows::default(),
+            root: root.to_path_buf(),
         })
     }
 
     /// A scanner that remembers no step or tool it reads (see `caching`).
-    pub fn one_pass(root: &Path) -> std::io::Result<Self> {
-        let mut s = Self::new(root)?;
+    pub fn one_pass(root: &Path, ledger: Arc<parking_lot::Mutex<Ledger>>) -> std::io::Result<Self> {
+        let mut s = Self::with_ledger(root, ledger)?;
         s.caching = false;
         Ok(s)
+    }
+
+    /// The workspace's directory.
+    pub fn root(&self) -> &Path {
+        &self.root
     }
 
     pub fn refs(&self) -> &Refs {
@@ -305,9 +336,13 @@ impl Scanner {
         if refs_changed || self.grown {
             self.prune(&snap, &model);
         }
+        if refs_changed {
+            self.ledger.lock().retain(|id| snap.agents.contains_key(id));
+        }
         if self.blobs.len() > 4096 {
             self.blobs.clear();
         }
+        model.signals = crate::views::signal::gather(&model, &self.root);
         model
     }
 
@@ -390,6 +425,10 @@ impl Scanner {
         .into_iter()
         .flatten()
         .max();
+        let account = self
+            .ledger
+            .lock()
+            .account(&self.backing, id, &steps, latest.as_deref());
         Agent {
             tip,
             name: name.map(str::to_string),
@@ -399,6 +438,8 @@ impl Scanner {
             steps,
             latest,
             last_activity,
+            account,
+            budget: None,
         }
     }
 

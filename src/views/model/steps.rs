@@ -14,12 +14,10 @@ use super::{Scanner, StatKey, key, parse_utc};
 use crate::workspace::STEPS_DIR;
 use crate::workspace::backing::{Backing, Stat};
 use crate::workspace::steps::{
-    INPUT_FILE, META_FILE, OUTPUT_FILE, RESPONSE_FILE, TOOLS_DIR, step_dir_name, step_number,
+    INPUT_FILE, META_FILE, OUTPUT_FILE, RESPONSE_FILE, STDERR_FILE, TOOLS_DIR, step_dir_name,
+    step_number,
 };
 
-/// How much of the end of a `response.json` is read for its finish reason and usage: a
-/// short tail first (the last lines hold them), then a longer one if that had none.
-pub const RESPONSE_TAIL_BYTES: [u64; 2] = [4 << 10, 64 << 10];
 /// How much of the end of a large `output.json` is read for its exit code and times.
 const OUTPUT_TAIL_BYTES: u64 = 512;
 /// Captures up to this size are parsed whole; larger ones are measured by the paging
@@ -63,9 +61,12 @@ pub struct Step {
     /// Its name on disk (`007`).
     pub dir: String,
     pub meta: Meta,
-    /// The finish reason and output tokens, read once the step is done.
+    /// How its call ended and what it cost, read once the step is done.
     pub finish: Option<Finish>,
     pub has_response: bool,
+    /// `response.json`'s and `stderr.log`'s (inode, size) when listed.
+    pub response: Option<(u64, u64)>,
+    pub stderr: Option<(u64, u64)>,
     /// Seconds: the mtime of the directory or of its `response.json`, the newer.
     pub mtime: i64,
     pub tools: BTreeMap<String, Tool>,
@@ -79,15 +80,20 @@ pub enum Meta {
     Done {
         started: Option<i64>,
         ended: Option<i64>,
+        /// The provider row the call went through (`provider`; older records lack it).
+        provider: Option<String>,
     },
     /// It exists and does not parse: why.
     Bad(String),
 }
 
+/// How a finished step's call ended (its last attempt) and what it cost (every attempt,
+/// by litany's rule: [`super::spend`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Finish {
     pub reason: Option<String>,
     pub output_tokens: Option<u64>,
+    pub tokens: u64,
 }
 
 /// A step's state as `status` and the events name it (issue 11).
@@ -112,6 +118,14 @@ impl StepState {
 }
 
 impl Step {
+    /// Its wall seconds as litany counts them ([`super::spend::wall`]).
+    pub fn wall_seconds(&self) -> u64 {
+        match self.meta {
+            Meta::Done { started, ended, .. } => super::spend::wall(started, ended),
+            _ => 0,
+        }
+    }
+
     /// Its state, given whether it is its agent's highest step and whether the agent's
     /// lock is held.
     pub fn state(&self, latest: bool, running: bool) -> StepState {
@@ -205,22 +219,31 @@ impl Scanner {
         {
             return s.clone();
         }
-        let (meta, finish, has_response, mtime) = match cached {
-            Some(s) => (s.meta, s.finish, s.has_response, s.mtime),
+        let file_id = |st: Option<Stat>| st.filter(Stat::is_file).map(|st| (st.ino, st.size));
+        let response = file_id(stat_of(RESPONSE_FILE));
+        let stderr = file_id(stat_of(STDERR_FILE));
+        let (meta, finish, mtime) = match cached {
+            Some(s) => (s.meta, s.finish, s.mtime),
             None => {
                 let dir_mtime = self.backing.lstat(&rel).map(|s| s.mtime.0).unwrap_or(0);
-                let response = stat_of(RESPONSE_FILE);
                 let meta = match stat_of(META_FILE) {
                     None => Meta::Missing,
                     Some(_) => read_meta(&self.backing, &rel.join(META_FILE)),
                 };
                 let done = !matches!(meta, Meta::Missing);
                 let finish = match (done, response) {
-                    (true, Some(_)) => Some(read_finish(&self.backing, &rel.join(RESPONSE_FILE))),
+                    (true, Some(_)) => {
+                        let cost = self.ledger.lock().step(&self.backing, id, n, dir, &meta);
+                        Some(Finish {
+                            reason: cost.finish.as_deref().map(str::to_string),
+                            output_tokens: cost.output_tokens,
+                            tokens: cost.tokens.total(),
+                        })
+                    }
                     _ => None,
                 };
-                let mtime = dir_mtime.max(response.map_or(0, |r| r.mtime.0));
-                (meta, finish, response.is_some(), mtime)
+                let mtime = dir_mtime.max(stat_of(RESPONSE_FILE).map_or(0, |r| r.mtime.0));
+                (meta, finish, mtime)
             }
         };
         let mut tools = BTreeMap::new();
@@ -245,7 +268,9 @@ impl Scanner {
             dir: dir.to_string(),
             meta,
             finish,
-            has_response,
+            has_response: response.is_some(),
+            response,
+            stderr,
             mtime,
             tools,
             odd_tools,
@@ -300,7 +325,7 @@ fn read_small(backing: &Backing, rel: &Path, limit: u64) -> Result<Vec<u8>, Stri
     Ok(buf)
 }
 
-fn read_meta(backing: &Backing, rel: &Path) -> Meta {
+pub(super) fn read_meta(backing: &Backing, rel: &Path) -> Meta {
     let bytes = match read_small(backing, rel, 1 << 20) {
         Ok(b) => b,
         Err(e) => return Meta::Bad(e),
@@ -311,47 +336,15 @@ fn read_meta(backing: &Backing, rel: &Path) -> Meta {
             Meta::Done {
                 started: t("started_at"),
                 ended: t("ended_at"),
+                provider: v
+                    .get("provider")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
             }
         }
         Ok(_) => Meta::Bad("not a JSON object".into()),
         Err(e) => Meta::Bad(format!("does not parse: {e}")),
     }
-}
-
-/// The last finish reason and output-token count in the tail of a `response.json`.
-fn read_finish(backing: &Backing, rel: &Path) -> Finish {
-    use std::os::unix::fs::FileExt;
-    let mut out = Finish::default();
-    let Ok((f, st)) = backing.open_file(rel) else {
-        return out;
-    };
-    for tail in RESPONSE_TAIL_BYTES {
-        let start = st.size.saturating_sub(tail);
-        let mut buf = vec![0u8; (st.size - start) as usize];
-        if f.read_exact_at(&mut buf, start).is_err() {
-            return out;
-        }
-        for line in buf.split(|b| *b == b'\n') {
-            let Ok(v) = serde_json::from_slice::<Value>(line) else {
-                continue;
-            };
-            match v.get("type").and_then(Value::as_str) {
-                Some("finish") => {
-                    out.reason = v.get("reason").and_then(Value::as_str).map(str::to_string)
-                }
-                Some("usage") => {
-                    if let Some(n) = v.get("output_tokens").and_then(Value::as_u64) {
-                        out.output_tokens = Some(n);
-                    }
-                }
-                _ => {}
-            }
-        }
-        if out.reason.is_some() || start == 0 {
-            break;
-        }
-    }
-    out
 }
 
 /// A tool's name and a summary of its input: a `bash` command as typed, anything else

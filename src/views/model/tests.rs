@@ -105,7 +105,8 @@ fn a_scan_reads_agents_steps_tools_inboxes_and_marks() {
         one.finish,
         Some(Finish {
             reason: Some("tool_use".into()),
-            output_tokens: Some(7)
+            output_tokens: Some(7),
+            tokens: 7,
         })
     );
     let tool = &one.tools["toolu_1"];
@@ -232,4 +233,146 @@ fn a_held_flock_makes_the_agent_running() {
     assert!(s.scan().agents["r1"].running);
     drop(dir);
     assert!(!s.scan().agents["r1"].running);
+}
+
+fn usage(input: u32, output: u32) -> Vec<u8> {
+    format!("{{\"type\":\"usage\",\"input_tokens\":{input},\"output_tokens\":{output}}}\n")
+        .into_bytes()
+}
+
+#[test]
+fn spend_is_litanys_rule_and_a_finished_step_is_read_once() {
+    let t = tempfile::tempdir().unwrap();
+    let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+    f.agent("r1", None, &[]).unwrap();
+    let meta = br#"{"provider":"p","started_at":"2026-12-02T09:42:30Z","ended_at":"2026-12-02T09:42:40Z"}"#;
+    let mut one = usage(100, 10);
+    one.extend(usage(5, 1)); // a second attempt counts too
+    f.step("r1", 1, &[("response.json", &one), ("meta.json", meta)])
+        .unwrap();
+    f.step("r1", 2, &[("response.json", &usage(7, 3)[..20])])
+        .unwrap();
+    let mut s = Scanner::new(f.root()).unwrap();
+    let spend = |m: &Model| m.agents["r1"].account.spend.clone();
+    let m = s.scan();
+    assert_eq!(
+        (spend(&m).tokens, spend(&m).wall_seconds, spend(&m).steps),
+        (116, 10, 2)
+    );
+    // The open step, streaming under its executor's lock: what was appended, once its
+    // line is complete.
+    std::fs::create_dir_all(f.inbox("r1")).unwrap();
+    let lock = std::fs::File::open(f.inbox("r1")).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid descriptor.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let open = f.step_dir("r1", 2).join("response.json");
+    std::fs::write(&open, usage(7, 3)).unwrap();
+    assert_eq!(spend(&s.scan()).tokens, 126);
+    let mut more = usage(7, 3);
+    more.extend(usage(1, 1));
+    std::fs::write(&open, &more).unwrap();
+    assert_eq!(spend(&s.scan()).tokens, 128);
+    // A finished step is never read again: a line added to it later is not seen (no
+    // harness writes one), which is what keeps a look's cost flat.
+    let done = f.step_dir("r1", 1).join("response.json");
+    let mut grown = one.clone();
+    grown.extend(usage(1000, 0));
+    std::fs::write(&done, grown).unwrap();
+    f.step("r1", 2, &[("meta.json", b"{}")]).unwrap();
+    drop(lock);
+    let m = s.scan();
+    assert_eq!(spend(&m).tokens, 128);
+    assert_eq!(
+        m.agents["r1"]
+            .latest
+            .as_ref()
+            .unwrap()
+            .finish
+            .as_ref()
+            .unwrap()
+            .tokens,
+        12
+    );
+    // Who spent them: the provider of meta.json, the model of the attempt.
+    assert!(
+        spend(&m)
+            .by_payer
+            .iter()
+            .any(|((p, _), t)| p.as_deref() == Some("p") && t.total() == 116),
+        "{:?}",
+        spend(&m).by_payer
+    );
+    // A step litany's budget does not see (not three digits) is not counted.
+    f.step(
+        "r1",
+        1000,
+        &[("response.json", &usage(50, 50)), ("meta.json", b"{}")],
+    )
+    .unwrap();
+    let m = s.scan();
+    assert_eq!((spend(&m).tokens, spend(&m).steps), (128, 2));
+    // A fresh scanner (a fresh read) agrees with litany's rule over what is there now.
+    let m = Scanner::new(f.root()).unwrap().scan();
+    assert_eq!(spend(&m).tokens, 1128);
+}
+
+#[test]
+fn the_budget_is_read_from_the_governing_workflow() {
+    let t = tempfile::tempdir().unwrap();
+    let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+    let repo = f.repo();
+    let config = |yaml: &[u8], on: &str| -> git2::Oid {
+        let tree = f
+            .tree(&[("version", b"2\n"), ("workflow.yaml", yaml)])
+            .unwrap();
+        f.commit(&format!("refs/heads/config/{on}"), tree, "config: edit")
+            .unwrap()
+    };
+    let base = config(b"budgets: {max_total_tokens: 100}\n", "default");
+    // An agent forked off the lineage, and the lineage moved on: the tip governs.
+    let sig = git2::Signature::now("l", "l@l").unwrap();
+    let tree = repo
+        .find_tree(f.tree(&[("name", b"A\n")]).unwrap())
+        .unwrap();
+    let parent = repo.find_commit(base).unwrap();
+    let tip = repo
+        .commit(
+            Some("refs/heads/agents/r1-a"),
+            &sig,
+            &sig,
+            "dispatch: worker [r1-a]",
+            &tree,
+            &[&parent],
+        )
+        .unwrap();
+    let moved = config(b"budgets:\n  max_total_tokens: 500\n", "default");
+    f.step("r1-a", 1, &[("response.json", &usage(40, 2))])
+        .unwrap();
+    let mut s = Scanner::new(f.root()).unwrap();
+    let m = s.scan_for_status();
+    let b = m.agents["r1-a"].budget.clone().unwrap();
+    assert_eq!(
+        (b.max_total_tokens, b.workflow, &b.from),
+        (Some(500), moved, &WorkflowFrom::LineageTip)
+    );
+    // A workflow mark on it governs instead.
+    f.commit_mark("workflow", "r1-a", base).unwrap();
+    let m = s.scan_for_status();
+    let b = m.agents["r1-a"].budget.clone().unwrap();
+    assert_eq!((b.max_total_tokens, b.workflow), (Some(100), base));
+    assert_eq!(
+        b.from,
+        WorkflowFrom::Mark {
+            holder: "r1-a".into()
+        }
+    );
+    // No budget set: none.
+    f.commit_mark("workflow", "r1-a", f.agent_tip("r1-a").unwrap_or(tip))
+        .unwrap();
+    let quiet = config(b"retry: {max_attempts: 2}\n", "quiet");
+    f.commit_mark("workflow", "r1-a", quiet).unwrap();
+    assert!(s.scan_for_status().agents["r1-a"].budget.is_none());
+    // A follower's scan does not look.
+    assert!(s.scan().agents["r1-a"].budget.is_none());
 }
