@@ -45,6 +45,15 @@ impl Fixture {
         Ok(f)
     }
 
+    /// The workspace at `root`, made before (by [`Fixture::create`] or the harness).
+    pub fn open(root: &Path, flavour: Flavour) -> Result<Self> {
+        Ok(Self {
+            root: root.canonicalize()?,
+            repo: Repository::open_bare(root.join(REPO_DIR))?,
+            flavour,
+        })
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }

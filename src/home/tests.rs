@@ -248,3 +248,43 @@ fn a_yog_home_keeps_named_world_and_replays_apart() {
         libc::EROFS
     );
 }
+
+#[test]
+fn the_root_attention_is_every_workspaces_most_urgent_first() {
+    let (t, space, _home) = setup();
+    assert_eq!(read(&space, "attention"), b"");
+    let data = t.path().join("data/workspaces");
+    let b = Fixture::open(&data.join("bbbb0002"), Flavour::Litany).unwrap();
+    let tip = b.agent_tip(B).unwrap();
+    b.commit_mark("notify", B, tip).unwrap();
+    let a = Fixture::open(&data.join("aaaa0001"), Flavour::Litany).unwrap();
+    a.blob_mark(
+        "held",
+        A,
+        br#"{"tool_use_id":"t","tool":"bash","reason":"ask"}"#,
+    )
+    .unwrap();
+    let text = String::from_utf8(read(&space, "attention")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("WORKSPACE  SIGNAL  NAME"), "{text}");
+    assert!(
+        lines[1].starts_with("aaaa0001   held    Alpha")
+            && lines[1].contains(&format!(" aaaa0001/marks/held/{A} ")),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("bbbb0002   notify  Beta")
+            && lines[2].contains(&format!(" bbbb0002/marks/notify/{B} ")),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&read(&space, "attention.json")).unwrap();
+    assert_eq!(json[0]["workspace"], "aaaa0001");
+    assert_eq!(json[1]["kind"], "notify");
+    // And every path opens under the home's root.
+    for p in [
+        format!("aaaa0001/marks/held/{A}"),
+        format!("bbbb0002/marks/notify/{B}"),
+    ] {
+        assert!(resolve(&space, &p).is_ok(), "{p}");
+    }
+}

@@ -688,6 +688,28 @@ mod tests {
     }
 
     #[test]
+    fn an_open_of_the_events_waits_for_the_history_a_bounded_time() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        let v = Views::new(f.root(), None);
+        assert!(!v.wait_history(Duration::from_millis(30)), "bounded");
+        let later = v.clone();
+        let done = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            later.history_done(vec![Event::agent_created(1, "r1", None)]);
+        });
+        let started = Instant::now();
+        assert!(v.wait_history(HISTORY_WAIT));
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        assert_eq!(lines(&v).len(), 1, "the history is in when the wait ends");
+        done.join().unwrap();
+        assert!(
+            v.wait_history(Duration::ZERO),
+            "and later opens do not wait"
+        );
+    }
+
+    #[test]
     fn a_confined_view_logs_only_what_its_agent_may_see() {
         let t = tempfile::tempdir().unwrap();
         let f = Fixture::create(t.path(), Flavour::Litany).unwrap();

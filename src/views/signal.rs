@@ -338,16 +338,12 @@ fn signals(model: &Model, id: &str, marks: &[&str], ws: &Path) -> Vec<Signal> {
     let unmark =
         |kind: &str| format!("`git --git-dir {ws}/repo.git update-ref -d refs/litany/{kind}/{id}`");
     if has(BUDGET_EXHAUSTED) {
-        let limit = a
-            .budget
-            .as_ref()
-            .and_then(|b| b.max_total_tokens)
-            .map(|m| format!(" of {m} tokens"))
-            .unwrap_or_default();
+        // The limit and the spend are in the row (`budget`): a sentence is the same
+        // wherever it is told, and the events' model does not read workflows.
         push(
             SignalKind::Budget,
             format!(
-                "its tree spent its budget{limit} and stopped: raise `budgets:` in its workflow, then {} and message it",
+                "its tree spent its budget and stopped: raise `budgets:` in its workflow, then {} and message it",
                 unmark(BUDGET_EXHAUSTED)
             ),
             mark_path(BUDGET_EXHAUSTED),

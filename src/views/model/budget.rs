@@ -110,8 +110,6 @@ impl Scanner {
             }
         }
         self.workflows.followed.retain(|tip, _| live.contains(tip));
-        // The budget sentence names the limit.
-        model.signals = crate::views::signal::gather(&model, &self.root);
         if self.workflows.by_commit.len() > 1024 {
             self.workflows.by_commit.clear();
         }
