@@ -9,7 +9,7 @@
 //! ([`unbreakable`]), so `tail -f` stays one piece.
 
 use crate::paging::address::{OUTPUT_FILE, TOOLS_DIR};
-use crate::views::{EVENTS, EVENTS_NDJSON, STATUS, STATUS_JSON};
+use crate::views::{ATTENTION, ATTENTION_JSON, EVENTS, EVENTS_NDJSON, STATUS, STATUS_JSON};
 use crate::workspace::steps::DRIVER_LOG;
 use crate::workspace::{AGENTS_DIR, INBOX_DIR, MARKS_DIR, NAMES_DIR, STEPS_DIR};
 
@@ -27,7 +27,8 @@ pub fn home() -> String {
         "A home mount (SOURCE a directory of workspaces, such as litany's data root) \
          shows each workspace's tree, as above, at <ws>/ (litany's replays at \
          {REPLAYS_DIR}/<r>/, yog's world at {WORLD_SHELF}/<id>/), and at its root {STATUS}, \
-         {STATUS_JSON}, {EVENTS} and {EVENTS_NDJSON} over every workspace."
+         {STATUS_JSON}, {ATTENTION}, {ATTENTION_JSON}, {EVENTS} and {EVENTS_NDJSON} over \
+         every workspace."
     )
 }
 
@@ -153,7 +154,8 @@ pub fn entries() -> Vec<Entry> {
             format!("`{STATUS}`"),
             "refs, `/proc/locks`, inboxes, steps",
             "a table of every living agent, children under their parent: name, id, state, \
-             step, pending, last activity, flags, title; a snapshot at each open, for \
+             step, pending, tokens (a tree's on a root, against its budget), last activity, \
+             flags, title, and under each what needs a look; a snapshot at each open, for \
              `watch -n1 cat status`"
                 .into(),
             Some("doc/VIEWS.md#status-and-statusjson"),
@@ -161,7 +163,24 @@ pub fn entries() -> Vec<Entry> {
         entry(
             format!("`{STATUS_JSON}`"),
             "the same",
-            "the same rows as a JSON array, for programs".into(),
+            "the same rows as a JSON array, for programs, with each agent's and tree's spend \
+             and signals"
+                .into(),
+            None,
+        ),
+        entry(
+            format!("`{ATTENTION}`"),
+            "the same",
+            "only what needs a look (a held call, a refused, truncated or failed root, a \
+             spent budget, a conflict, mail nobody takes, a `notify`), most urgent first, \
+             each with what to do; empty when nothing does"
+                .into(),
+            Some("doc/VIEWS.md#attention-and-attentionjson"),
+        ),
+        entry(
+            format!("`{ATTENTION_JSON}`"),
+            "the same",
+            "the same as a JSON array".into(),
             None,
         ),
         entry(

@@ -189,7 +189,14 @@ fn every_workspace_of_litany_home_in_one_mount() {
     for ws in [&one, &two, &three] {
         assert!(root.contains(&name_of(ws)), "{root:?}");
     }
-    for v in ["status", "status.json", "events", "events.ndjson"] {
+    for v in [
+        "status",
+        "status.json",
+        "events",
+        "events.ndjson",
+        "attention",
+        "attention.json",
+    ] {
         assert!(root.contains(&v.to_string()), "{root:?}");
     }
 
@@ -237,7 +244,8 @@ fn every_workspace_of_litany_home_in_one_mount() {
         assert_eq!(shown, agent_ids(ws), "{}", name_of(ws));
     }
     let text = std::fs::read_to_string(m.path("status")).unwrap();
-    assert!(text.starts_with("WORKSPACE "), "{text}");
+    assert!(text.starts_with("home: "), "{text}");
+    assert!(text.lines().nth(1).unwrap().starts_with("WORKSPACE "), "{text}");
 
     // A deposit into one workspace's inbox reaches that workspace, and its agent reads it.
     let inbox = format!("{}/inbox/{root_one}/note", name_of(&one));

@@ -300,7 +300,14 @@ impl Model {
         for top in ["agents", "inbox", "marks", "names", "steps"] {
             add_dir(&mut v, top);
         }
-        for glance in ["status", "status.json", "events", "events.ndjson"] {
+        for glance in [
+            "status",
+            "status.json",
+            "events",
+            "events.ndjson",
+            "attention",
+            "attention.json",
+        ] {
             add_leaf(&mut v, glance, Want::Glance);
         }
         for (path, entry) in &self.backing {

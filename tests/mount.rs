@@ -77,9 +77,11 @@ fn sh(cmd: &str) -> (bool, String, String) {
 }
 
 /// What the mount root lists, sorted: the workspace's `agents`, `inbox`, `steps`, then
-/// `marks`, `names` and the four views.
-const ROOT: [&str; 9] = [
+/// `marks`, `names` and the six views.
+const ROOT: [&str; 11] = [
     "agents",
+    "attention",
+    "attention.json",
     "events",
     "events.ndjson",
     "inbox",
