@@ -4,6 +4,7 @@ Run through scripts/bench (which builds the release binary first). Every mount m
 is unmounted on the way out, even when a measurement fails.
 """
 
+import fcntl
 import json
 import multiprocessing
 import os
@@ -1094,6 +1095,133 @@ def bench_stall(tmp):
     unmount(mnt)
 
 
+def spend_records(job):
+    """Rewrites the step records of some agents as a model call leaves them: a streamed
+    answer of a few deltas with one usage line, and a meta.json with its times."""
+    ws, ids, steps = job
+    head = '{"type":"message_start","v":1,"id":"msg_b","model":"m1","role":"assistant"}\n{"type":"content_start","index":0,"kind":{"text":{}}}\n'
+    body = "".join(delta_line(i) for i in range(24))
+    meta = json.dumps({"provider": "p", "started_at": "2026-12-02T09:42:30Z", "ended_at": "2026-12-02T09:42:41Z"}, indent=2)
+    for n, aid in enumerate(ids):
+        for s in range(1, steps + 1):
+            d = ws / "steps" / aid / f"{s:03d}"
+            tail = usage_line(1000 + n, 10 + s) + '{"type":"finish","reason":"tool_use"}\n{"type":"end"}\n'
+            (d / "response.json").write_text(head + body + tail)
+            (d / "meta.json").write_text(meta)
+
+
+def usage_line(i, o):
+    return json.dumps({"type": "usage", "input_tokens": i, "output_tokens": o}, separators=(",", ":")) + "\n"
+
+
+def native_spend(ws, ids):
+    """What status and attention tell, gathered with no mount: the refs, the locks, every
+    agent's steps and inbox listed, every step's usage lines summed (litany's rule) and its
+    meta.json times read, as a script would."""
+    git(ws, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/agents/", "refs/heads/config/", "refs/litany/")
+    Path("/proc/locks").read_text()
+    total = 0
+    for aid in ids:
+        os.listdir(ws / "inbox" / aid)
+        for step in os.listdir(ws / "steps" / aid):
+            if len(step) != 3 or not step.isdigit():
+                continue
+            d = ws / "steps" / aid / step
+            for line in (d / "response.json").read_bytes().splitlines():
+                if b'"usage"' in line:
+                    u = json.loads(line)
+                    total += max(u.get("input_tokens", 0), u.get("cache_read_tokens", 0) + u.get("cache_write_tokens", 0)) + u.get("output_tokens", 0)
+            try:
+                json.loads((d / "meta.json").read_bytes())
+            except FileNotFoundError:  # the streaming step has none yet
+                pass
+    return total
+
+
+def bench_attention(tmp):
+    agents, steps = (100, 10) if QUICK else (1000, 40)
+    print(f"11. spend and attention: {agents} agents x {steps} steps; cat status, cat attention; one appended usage line; idle CPU", flush=True)
+    ws = tmp / "attention"
+    ids = make_workspace(ws, agents, steps)
+    jobs = min(os.cpu_count() or 1, max(1, agents // 100))
+    chunks = [(ws, ids[i::jobs], steps) for i in range(jobs)]
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        pool.map(spend_records, chunks)
+    # Something needs a look: every tenth agent asks for attention, every seventh has mail.
+    commit = git(ws, "rev-parse", f"refs/heads/agents/{ids[0]}")
+    git(ws, "update-ref", "--stdin", input="".join(f"update refs/litany/notify/{a} {commit}\n" for a in ids[::10]))
+    for a in ids[::7]:
+        (ws / "inbox" / a / "user-001.md").write_text("---\nfrom: user\n---\nany news?\n")
+    # The last agent is streaming: its executor holds its lock, its highest step has no
+    # meta.json yet, and its response.json is long (20 MB of text deltas).
+    live = ids[-1]
+    open_step = ws / "steps" / live / f"{steps:03d}"
+    (open_step / "meta.json").unlink()
+    write_response(open_step / "response.json", 2 << 20 if QUICK else 20 << 20)
+    lock = os.open(ws / "inbox" / live, os.O_RDONLY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    mnt = tmp / "attention-mnt"
+    try:
+        mount(ws, mnt)
+        events_settled(mnt, timeout=600)
+        # Mail raises its signal once it has waited 3 s.
+        time.sleep(3.5)
+        pid = daemon_pid(mnt)
+
+        def cat(name):
+            return len((mnt / name).read_bytes())
+
+        first = timed(cat, "status")[0]
+        warm = statistics.median([timed(cat, "status")[0] for _ in range(5)])
+        attention = statistics.median([timed(cat, "attention")[0] for _ in range(5)])
+        nat = statistics.median([timed(native_spend, ws, ids)[0] for _ in range(3 if QUICK else 2)])
+        shown = json.loads((mnt / "status.json").read_bytes())
+        told = sum(r["tokens"] for r in shown)
+        lines = (mnt / "attention").read_text().count("\n") - 1
+        row(f"cat status, {agents} x {steps} with spend, s (median of 5)", round(warm, 3), round(nat, 3), round(warm / nat, 2), lambda r: r < 1.0, " s",
+            f"first {round(first, 3)} s (the history had read every record); anchor: the same facts gathered natively (refs, locks, listings, every usage line and meta.json); {told} tokens told")
+        row(f"cat attention, {agents} x {steps}, s (median of 5)", round(attention, 3), round(nat, 3), round(attention / nat, 2), lambda r: r < 1.0, " s", f"{lines} lines; anchor as above")
+        # One usage line appended to the streaming step: status reads that line, not the
+        # 20 MB before it. Anchor: the same cat status with nothing appended.
+        quiet = statistics.median([timed(cat, "status")[0] for _ in range(5)])
+        costs = []
+        before = next(r["tokens"] for r in json.loads((mnt / "status.json").read_bytes()) if r["id"] == live)
+        with open(open_step / "response.json", "a") as f:
+            for i in range(5):
+                f.write(usage_line(7, 3))
+                f.flush()
+                costs.append(timed(cat, "status")[0])
+        after = next(r["tokens"] for r in json.loads((mnt / "status.json").read_bytes()) if r["id"] == live)
+        assert after - before == 5 * 10, (before, after)
+        appended = statistics.median(costs)
+        whole = timed(lambda: sum(1 for _ in open(open_step / "response.json", "rb")))[0]
+        row("cat status after one appended usage line, s (median of 5)", round(appended, 3), round(quiet, 3), round(appended / quiet, 2), lambda r: r < 1.5, " s",
+            f"anchor: cat status with nothing appended; reading the open step's {round((open_step / 'response.json').stat().st_size / 1e6)} MB natively takes {round(whole, 3)} s")
+        # Idle: what the follower costs while nothing happens (after a look settled). With
+        # BENCH_OLD_BIN (an earlier build), the same mount by it is the anchor.
+        def idle_cpu(p):
+            time.sleep(3)
+            c0, t0 = cpu_seconds(p), time.perf_counter()
+            time.sleep(10)
+            return (cpu_seconds(p) - c0) / (time.perf_counter() - t0) * 10
+
+        idle = idle_cpu(pid)
+        old = os.environ.get("BENCH_OLD_BIN")
+        if old:
+            unmount(mnt)
+            sh(old, "mount", str(ws), str(mnt), "--log-file", str(mnt.parent / "attention-old.log"))
+            MOUNTS.append(mnt)
+            events_settled(mnt, timeout=600)
+            was = idle_cpu(daemon_pid(mnt))
+            row(f"idle daemon CPU, {agents} agents, s per 10 s", round(idle, 2), round(was, 2), round(idle / max(was, 0.01), 2), lambda r: r < 1.5, " s", f"anchor: the same mount by {old}")
+        else:
+            row(f"idle daemon CPU, {agents} agents, s per 10 s", round(idle, 2), 10, round(idle / 10, 3), lambda r: r < 0.05, " s", "anchor: a whole CPU for 10 s (BENCH_OLD_BIN=<an earlier build> compares)")
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        os.close(lock)
+        unmount(mnt)
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     global QUICK
@@ -1103,7 +1231,7 @@ def main():
     tmp = Path(tempfile.mkdtemp(prefix="litanyfs-bench-"))
     started = time.time()
     try:
-        sections = [("seq", bench_sequential), ("walk", bench_walk), ("paging", bench_paging), ("deposits", bench_deposits), ("records", bench_records), ("refs", bench_refs), ("scale", bench_scale), ("views", bench_views), ("home", bench_home), ("stall", bench_stall)]
+        sections = [("seq", bench_sequential), ("walk", bench_walk), ("paging", bench_paging), ("deposits", bench_deposits), ("records", bench_records), ("refs", bench_refs), ("scale", bench_scale), ("views", bench_views), ("home", bench_home), ("stall", bench_stall), ("attention", bench_attention)]
         for name, f in sections:
             if only and name not in only:
                 continue
@@ -1114,6 +1242,9 @@ def main():
             try:
                 f(tmp)
             except Exception as e:  # report and go on with the other figures
+                if os.environ.get("BENCH_TRACE"):
+                    import traceback
+                    traceback.print_exc()
                 print(f"  {name}: FAILED: {e!r}", flush=True)
                 ROWS.append({"figure": name, "error": repr(e)})
             SECTIONS[name] = round(time.perf_counter() - t, 1)

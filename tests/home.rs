@@ -245,7 +245,10 @@ fn every_workspace_of_litany_home_in_one_mount() {
     }
     let text = std::fs::read_to_string(m.path("status")).unwrap();
     assert!(text.starts_with("home: "), "{text}");
-    assert!(text.lines().nth(1).unwrap().starts_with("WORKSPACE "), "{text}");
+    assert!(
+        text.lines().nth(1).unwrap().starts_with("WORKSPACE "),
+        "{text}"
+    );
 
     // A deposit into one workspace's inbox reaches that workspace, and its agent reads it.
     let inbox = format!("{}/inbox/{root_one}/note", name_of(&one));

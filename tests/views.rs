@@ -231,7 +231,10 @@ fn a_finished_workspace_is_reconstructed_and_its_status_agrees() {
     );
     let status = read(&m, "status");
     assert!(status.starts_with("workspace: "), "{status}");
-    assert!(status.lines().nth(1).unwrap().starts_with("NAME "), "{status}");
+    assert!(
+        status.lines().nth(1).unwrap().starts_with("NAME "),
+        "{status}"
+    );
     let titler = status.lines().find(|l| l.contains(&r.titler_c)).unwrap();
     assert!(titler.starts_with("  "), "a child is indented: {status}");
 }

@@ -9,11 +9,13 @@
 //! ([`super::Views::deposited`]) and skipped here.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use git2::Oid;
 
 use super::event::Event;
 use super::model::{Agent, Meta, Model, Scanner, Step, StepState, Tool};
+use super::signal;
 use crate::workspace::ids::parent_of;
 
 /// The most commits walked back along a branch to find the messages it delivered.
@@ -128,12 +130,16 @@ fn agent(
 }
 
 /// The signals raised and cleared between `old` and `new` ([`super::signal`]), of every
-/// agent of either.
+/// agent of either: one pass over both (sorted by id), an agent whose signals are the
+/// same (shared while what makes them stands) costing a pointer comparison.
 fn signal_events(old: &Model, new: &Model, at: i64, out: &mut Vec<Event>) {
-    let ids: BTreeSet<&String> = old.signals.keys().chain(new.signals.keys()).collect();
-    for id in ids {
-        let was = old.signals.get(id).map_or(&[][..], |s| &s[..]);
-        let now = new.signals.get(id).map_or(&[][..], |s| &s[..]);
+    type Signals<'a> = Option<&'a Arc<[signal::Signal]>>;
+    fn one(id: &str, was: Signals, now: Signals, at: i64, out: &mut Vec<Event>) {
+        let (was, now) = match (was, now) {
+            (None, None) => return,
+            (Some(w), Some(n)) if Arc::ptr_eq(w, n) => return,
+            (w, n) => (w.map_or(&[][..], |w| &w[..]), n.map_or(&[][..], |n| &n[..])),
+        };
         for s in now {
             if !was.iter().any(|w| w.kind == s.kind) {
                 out.push(Event::signal_raised(
@@ -150,6 +156,19 @@ fn signal_events(old: &Model, new: &Model, at: i64, out: &mut Vec<Event>) {
                 out.push(Event::signal_cleared(at, id, w.kind.as_str()));
             }
         }
+    }
+    let mut before = old.agents.iter().peekable();
+    for (id, a) in &new.agents {
+        while let Some((gone, b)) = before.next_if(|(k, _)| *k < id) {
+            one(gone, b.signals.as_ref(), None, at, out);
+        }
+        let was = before
+            .next_if(|(k, _)| *k == id)
+            .and_then(|(_, b)| b.signals.as_ref());
+        one(id, was, a.signals.as_ref(), at, out);
+    }
+    for (gone, b) in before {
+        one(gone, b.signals.as_ref(), None, at, out);
     }
 }
 

@@ -82,16 +82,14 @@ pub fn reconstruct(m0: &Model, scanner: &mut Scanner, max: usize) -> Vec<Event> 
     }
     // What needs a look now, since the fact that raised it: its mark's move, else the
     // agent's last activity.
-    for (id, signals) in &m0.signals {
-        for sig in signals.iter() {
+    for (id, a) in &m0.agents {
+        for sig in a.signals.iter().flat_map(|s| s.iter()) {
             let mark_at = sig.kind.mark().and_then(|kind| {
                 let s = snap.as_ref()?;
                 let t = s.moved_at(&s.flavour.mark_ref(kind, id))?;
                 Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs() as i64)
             });
-            let at = mark_at
-                .or_else(|| m0.agents.get(id).and_then(|a| a.last_activity))
-                .unwrap_or(m0.at);
+            let at = mark_at.or(a.last_activity).unwrap_or(m0.at);
             out.push(Event::signal_raised(
                 at,
                 id,

@@ -114,7 +114,6 @@ fn hold_unborn_agents(scanner: &Scanner, old: &Model, next: &mut Model) {
         .collect();
     for id in unborn {
         next.agents.remove(&id);
-        next.signals.remove(&id);
     }
 }
 

@@ -22,7 +22,6 @@
 //! Under `--agent ID`, another agent's signals are those git shows (its marks: `held`,
 //! `budget`, `conflicted`, `notify`); its steps and inbox are not ID's to see.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -236,23 +235,117 @@ fn tail(text: &str) -> String {
 /// step's lock, and neither needs a look.
 pub const SETTLE_SECS: i64 = 3;
 
-/// Every agent's signals in `model` (those with any), most urgent first, as the whole
-/// workspace sees them ([`visible`] confines them); `ws` is the workspace's directory,
-/// for the commands the sentences give.
-pub fn gather(model: &Model, ws: &Path) -> BTreeMap<String, Arc<[Signal]>> {
-    let mut marks: crate::FastMap<&str, Vec<&str>> = crate::FastMap::default();
-    for (kind, id) in model.marks.keys() {
-        marks.entry(id.as_str()).or_default().push(kind.as_str());
+/// The marks signals are read from, as bits of one mask per agent.
+const MARK_BITS: [(&str, u8); 5] = [
+    (HELD, 1),
+    (NOTIFY, 2),
+    (CONFLICTED, 4),
+    (BUDGET_EXHAUSTED, 8),
+    (ABANDONED, 16),
+];
+
+fn bit(kind: &str) -> u8 {
+    MARK_BITS
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map_or(0, |(_, b)| *b)
+}
+
+/// What an agent's signals are made from: while it is the same, so are they. The
+/// latest step and the account are held (and compared by identity): the scanner and the
+/// ledger share one of each while nothing under it moved.
+#[derive(Clone)]
+struct Basis {
+    marks: u8,
+    held: Option<git2::Oid>,
+    root: bool,
+    running: bool,
+    latest: Option<Arc<super::model::Step>>,
+    account: Arc<super::model::Account>,
+    pending: usize,
+    quiet: bool,
+    mail_due: bool,
+}
+
+impl PartialEq for Basis {
+    fn eq(&self, o: &Basis) -> bool {
+        let latest = match (&self.latest, &o.latest) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        latest
+            && Arc::ptr_eq(&self.account, &o.account)
+            && (self.marks, self.held, self.root, self.running)
+                == (o.marks, o.held, o.root, o.running)
+            && (self.pending, self.quiet, self.mail_due) == (o.pending, o.quiet, o.mail_due)
     }
-    let mut out = BTreeMap::new();
-    for id in model.agents.keys() {
-        let mine = marks.get(id.as_str()).map_or(&[][..], Vec::as_slice);
-        let s = signals(model, id, mine, ws);
-        if !s.is_empty() {
-            out.insert(id.clone(), s.into());
+}
+
+/// The signals last made for each agent, and what from, so an idle look makes none.
+#[derive(Default)]
+pub struct Memo(crate::FastMap<String, (Basis, Signals)>);
+
+/// An agent's signals: `None` when nothing needs a look.
+pub type Signals = Option<Arc<[Signal]>>;
+
+impl Memo {
+    /// Forgets every agent `keep` says no.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.0.retain(|id, _| keep(id));
+    }
+}
+
+/// Sets every agent's signals in `model` ([`super::model::Agent::signals`]), as the
+/// whole workspace sees them ([`visible`] confines them); `ws` is the workspace's
+/// directory, for the commands the sentences give. An agent whose [`Basis`] stands keeps
+/// the signals `memo` has.
+pub fn assign(model: &mut Model, ws: &Path, memo: &mut Memo) {
+    let made: Vec<Signals> = {
+        let mut masks: crate::FastMap<&str, (u8, Option<git2::Oid>)> = Default::default();
+        for ((kind, id), m) in &model.marks {
+            let b = bit(kind);
+            if b != 0 {
+                let e = masks.entry(id.as_str()).or_default();
+                e.0 |= b;
+                if kind == HELD {
+                    e.1 = Some(m.oid);
+                }
+            }
         }
+        let at = model.at;
+        let settled = |t: Option<i64>| t.is_none_or(|t| at - t >= SETTLE_SECS);
+        model
+            .agents
+            .iter()
+            .map(|(id, a)| {
+                let (marks, held) = masks.get(id.as_str()).copied().unwrap_or_default();
+                let basis = Basis {
+                    marks,
+                    held,
+                    root: parent_of(id).is_none_or(|p| !model.agents.contains_key(p)),
+                    running: a.running,
+                    latest: a.latest.clone(),
+                    account: a.account.clone(),
+                    pending: a.pending.len(),
+                    quiet: settled(a.latest.as_ref().map(|l| l.mtime).or(a.last_activity)),
+                    mail_due: settled(a.pending.values().map(|p| p.mtime).min()),
+                };
+                if let Some((b, s)) = memo.0.get(id.as_str())
+                    && *b == basis
+                {
+                    return s.clone();
+                }
+                let s = signals(model, id, &basis, ws);
+                let s: Signals = (!s.is_empty()).then(|| s.into());
+                memo.0.insert(id.clone(), (basis, s.clone()));
+                s
+            })
+            .collect()
+    };
+    for (a, s) in model.agents.values_mut().zip(made) {
+        a.signals = s;
     }
-    out
 }
 
 /// Whether agent `confined` may see signal `kind` of agent `id`: its own, and of the
@@ -261,14 +354,13 @@ pub fn visible(kind: SignalKind, id: &str, confined: Option<&str>) -> bool {
     confined.is_none_or(|me| me == id) || kind.mark().is_some()
 }
 
-/// The signals of agent `id`, which wears marks `marks`, most urgent first.
-fn signals(model: &Model, id: &str, marks: &[&str], ws: &Path) -> Vec<Signal> {
+/// The signals of agent `id`, whose facts are `basis`, most urgent first.
+fn signals(model: &Model, id: &str, basis: &Basis, ws: &Path) -> Vec<Signal> {
     let Some(a) = model.agents.get(id) else {
         return Vec::new();
     };
-    let settled = |t: Option<i64>| t.is_none_or(|t| model.at - t >= SETTLE_SECS);
     let ws = ws.display();
-    let has = |kind: &str| marks.contains(&kind);
+    let has = |kind: &str| basis.marks & bit(kind) != 0;
     let mut out = Vec::new();
     let mut push = |kind: SignalKind, says: String, path: String| {
         out.push(Signal { kind, says, path });
@@ -295,9 +387,7 @@ fn signals(model: &Model, id: &str, marks: &[&str], ws: &Path) -> Vec<Signal> {
             mark_path(HELD),
         );
     }
-    let root = parent_of(id).is_none_or(|p| !model.agents.contains_key(p));
-    let quiet = settled(a.latest.as_ref().map(|l| l.mtime).or(a.last_activity));
-    if root && !has(ABANDONED) && quiet {
+    if basis.root && !has(ABANDONED) && basis.quiet {
         let step_path = |step: &str| format!("{STEPS_DIR}/{id}/{step}/response.md");
         match stand(id, a) {
             Stand::Fine => {}
@@ -359,18 +449,17 @@ fn signals(model: &Model, id: &str, marks: &[&str], ws: &Path) -> Vec<Signal> {
             mark_path(CONFLICTED),
         );
     }
-    let oldest = a.pending.values().map(|p| p.mtime).min();
-    if !a.running && oldest.is_some() && settled(oldest) {
+    if !a.running && !a.pending.is_empty() && basis.mail_due {
         let n = a.pending.len();
-        let what = if n == 1 {
-            "1 message waits".to_string()
+        let (what, them) = if n == 1 {
+            ("1 message waits".to_string(), "it")
         } else {
-            format!("{n} messages wait")
+            (format!("{n} messages wait"), "them")
         };
         push(
             SignalKind::Mail,
             format!(
-                "{what} and no executor takes them: `litany advance {ws} {id}` (or `litany scan {ws}`) delivers them"
+                "{what} and no executor takes {them}: `litany advance {ws} {id}` (or `litany scan {ws}`) delivers {them}"
             ),
             format!("{INBOX_DIR}/{id}"),
         );
@@ -396,6 +485,17 @@ mod tests {
     use crate::views::model::Scanner;
     use crate::workspace::refs::Flavour;
 
+    use std::collections::BTreeMap;
+
+    /// Every agent's signals made afresh, by id.
+    fn gather(m: &mut Model, ws: &Path) -> BTreeMap<String, Arc<[Signal]>> {
+        assign(m, ws, &mut Memo::default());
+        m.agents
+            .iter()
+            .filter_map(|(id, a)| Some((id.clone(), a.signals.clone()?)))
+            .collect()
+    }
+
     const START: &[u8] =
         b"{\"type\":\"message_start\",\"v\":1,\"model\":\"m\",\"role\":\"assistant\"}\n";
     const END: &[u8] = b"{\"type\":\"end\"}\n";
@@ -412,7 +512,7 @@ mod tests {
     fn kinds(f: &Fixture, confined: Option<&str>) -> BTreeMap<String, Vec<&'static str>> {
         let mut m = Scanner::new(f.root()).unwrap().scan();
         m.at += SETTLE_SECS + 1;
-        gather(&m, f.root())
+        gather(&mut m, f.root())
             .into_iter()
             .map(|(id, s)| {
                 let k = s
@@ -536,7 +636,7 @@ mod tests {
         // What the sentences say, and where they point.
         let mut m = Scanner::new(f.root()).unwrap().scan();
         m.at += SETTLE_SECS + 1;
-        let g = gather(&m, f.root());
+        let g = gather(&mut m, f.root());
         let auth = &g["auth-a"][0];
         assert!(
             auth.says.contains("provider 401: 401 Unauthorized"),
@@ -561,9 +661,29 @@ mod tests {
         // A state that has not stood long enough raises nothing yet.
         let mut fresh = Scanner::new(f.root()).unwrap().scan();
         fresh.at = fresh.agents["fail-a"].latest.as_ref().unwrap().mtime + SETTLE_SECS - 1;
-        let g = gather(&fresh, f.root());
+        let g = gather(&mut fresh, f.root());
         assert!(!g.contains_key("fail-a"));
         assert_eq!(g["mark-a"].len(), 4);
+    }
+
+    #[test]
+    fn an_idle_look_makes_no_signal_again() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent("r1", None, &[]).unwrap();
+        let tip = f.agent_tip("r1").unwrap();
+        f.commit_mark(NOTIFY, "r1", tip).unwrap();
+        let mut s = Scanner::new(f.root()).unwrap();
+        let one = s.scan().agents["r1"].signals.clone().unwrap();
+        let two = s.scan().agents["r1"].signals.clone().unwrap();
+        assert!(Arc::ptr_eq(&one, &two), "the same signals, not made again");
+        f.commit_mark(CONFLICTED, "r1", tip).unwrap();
+        let three = s.scan().agents["r1"].signals.clone().unwrap();
+        let kinds: Vec<&str> = three.iter().map(|s| s.kind.as_str()).collect();
+        assert_eq!(kinds, ["conflicted", "notify"]);
+        f.delete_mark(NOTIFY, "r1").unwrap();
+        f.delete_mark(CONFLICTED, "r1").unwrap();
+        assert!(s.scan().agents["r1"].signals.is_none());
     }
 
     #[test]

@@ -277,9 +277,9 @@ fn row(
         .filter(|_| mine)
         .map(|s| (s.dir.clone(), s.state(true, a.running)));
     let mut notes = Vec::new();
-    let signals: Vec<Signal> = model
+    let signals: Vec<Signal> = a
         .signals
-        .get(id)
+        .as_ref()
         .map(|s| {
             s.iter()
                 .filter(|s| visible(s.kind, id, confined))

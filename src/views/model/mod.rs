@@ -43,9 +43,6 @@ pub struct Model {
     pub agents: BTreeMap<String, Agent>,
     /// (kind, id) → mark.
     pub marks: BTreeMap<(String, String), Mark>,
-    /// The signals of every agent that has any ([`crate::views::signal`]), as the whole
-    /// workspace sees them.
-    pub signals: BTreeMap<String, Arc<[crate::views::signal::Signal]>>,
 }
 
 impl Model {
@@ -86,6 +83,9 @@ pub struct Agent {
     /// The budget its governing workflow sets, when it sets one (gathered for `status`
     /// only: [`Scanner::scan_for_status`]).
     pub budget: Option<Arc<Budget>>,
+    /// What needs a look, most urgent first, as the whole workspace sees it
+    /// ([`crate::views::signal`]); `None` when nothing does.
+    pub signals: crate::views::signal::Signals,
 }
 
 /// A mark; `value` for a blob mark (`cwd`, `held`, `role`), as text.
@@ -197,6 +197,8 @@ pub struct Scanner {
     ledger: Arc<parking_lot::Mutex<Ledger>>,
     /// The workflows' budgets ([`budget`]).
     workflows: budget::Workflows,
+    /// The signals last made, by agent, and what from ([`crate::views::signal::Memo`]).
+    signal_memo: crate::views::signal::Memo,
     root: PathBuf,
 }
 
@@ -236,6 +238,7 @@ impl Scanner {
             caching: true,
             ledger,
             workflows: budget::Workflows::default(),
+            signal_memo: Default::default(),
             root: root.to_path_buf(),
         })
     }
@@ -338,11 +341,12 @@ impl Scanner {
         }
         if refs_changed {
             self.ledger.lock().retain(|id| snap.agents.contains_key(id));
+            self.signal_memo.retain(|id| snap.agents.contains_key(id));
         }
         if self.blobs.len() > 4096 {
             self.blobs.clear();
         }
-        model.signals = crate::views::signal::gather(&model, &self.root);
+        crate::views::signal::assign(&mut model, &self.root, &mut self.signal_memo);
         model
     }
 
@@ -428,7 +432,7 @@ impl Scanner {
         let account = self
             .ledger
             .lock()
-            .account(&self.backing, id, &steps, latest.as_deref());
+            .account(&self.backing, id, &steps, latest.as_ref());
         Agent {
             tip,
             name: name.map(str::to_string),
@@ -440,6 +444,7 @@ impl Scanner {
             last_activity,
             account,
             budget: None,
+            signals: None,
         }
     }
 

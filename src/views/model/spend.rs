@@ -122,6 +122,8 @@ struct Dir {
     /// The last `stderr.log` tail read: its (ino, size), its text.
     stderr: Option<((u64, u64), String)>,
     account: Option<Arc<Account>>,
+    /// The latest step `account` was made with.
+    latest: Option<Arc<Step>>,
 }
 
 /// The spend of every agent of a workspace (module docs).
@@ -235,7 +237,9 @@ impl Ledger {
             payer,
             counted: counted(dir),
         };
-        let d = self.dirs.entry(id.to_string()).or_default();
+        let Some(d) = dir_of(&mut self.dirs, id) else {
+            return cost;
+        };
         if cost.counted {
             add_to(&mut d.by_payer, &payer, &cost.tokens);
             d.wall = d.wall.saturating_add(cost.wall_seconds);
@@ -255,9 +259,36 @@ impl Ledger {
         backing: &Backing,
         id: &str,
         steps: &StepList,
+        latest: Option<&Arc<Step>>,
+    ) -> Arc<Account> {
+        // An idle agent: the same listing and the same latest step (both shared while
+        // nothing under them moved) as when its account was made. One lookup, no copy.
+        if let Some(d) = self.dirs.get(id)
+            && let Some(a) = &d.account
+            && d.list
+                .as_ref()
+                .is_some_and(|l| Arc::ptr_eq(l, steps) || (l.is_empty() && steps.is_empty()))
+            && same(d.latest.as_ref(), latest)
+        {
+            return a.clone();
+        }
+        let account = self.account_afresh(backing, id, steps, latest.map(|l| &**l));
+        if let Some(d) = self.dirs.get_mut(id) {
+            d.latest = latest.cloned();
+        }
+        account
+    }
+
+    fn account_afresh(
+        &mut self,
+        backing: &Backing,
+        id: &str,
+        steps: &StepList,
         latest: Option<&Step>,
     ) -> Arc<Account> {
-        let d = self.dirs.entry(id.to_string()).or_default();
+        let Some(d) = dir_of(&mut self.dirs, id) else {
+            return Arc::default();
+        };
         let highest = steps
             .iter()
             .next_back()
@@ -307,7 +338,9 @@ impl Ledger {
         if let Some((h, dir)) = &highest {
             self.highest(backing, id, *h, dir, latest);
         }
-        let d = self.dirs.entry(id.to_string()).or_default();
+        let Some(d) = dir_of(&mut self.dirs, id) else {
+            return Arc::default();
+        };
         if let Some(a) = &d.account {
             return a.clone();
         }
@@ -374,7 +407,9 @@ impl Ledger {
 
     /// Reads what was appended to the open step `h`'s `response.json` since the last read.
     fn stream(&mut self, backing: &Backing, id: &str, h: u64, dir: &str, s: &Step) {
-        let d = self.dirs.entry(id.to_string()).or_default();
+        let Some(d) = dir_of(&mut self.dirs, id) else {
+            return;
+        };
         let Some((ino, size)) = s.response else {
             if !d.open.as_ref().is_some_and(|o| o.n == h && o.ino == 0) {
                 d.open = Some(Open {
@@ -424,7 +459,9 @@ impl Ledger {
     /// Keeps the tail of the highest step's `stderr.log` while it has one: the failure's
     /// text when the newest attempt failed without an `error` event.
     fn stderr_tail(&mut self, backing: &Backing, id: &str, dir: &str, s: &Step) {
-        let d = self.dirs.entry(id.to_string()).or_default();
+        let Some(d) = dir_of(&mut self.dirs, id) else {
+            return;
+        };
         let want = s.stderr.filter(|(_, size)| *size > 0);
         if d.stderr.as_ref().map(|(k, _)| *k) == want {
             return;
@@ -447,6 +484,25 @@ impl Ledger {
             })
             .unwrap_or_default();
         d.stderr = Some(((ino, size), text));
+    }
+}
+
+/// Agent `id`'s records in `dirs`, made empty if there are none, without allocating
+/// when there are (this is on every look's path). `None` only if the map refused the
+/// insert, which it cannot.
+fn dir_of<'a>(dirs: &'a mut FastMap<String, Dir>, id: &str) -> Option<&'a mut Dir> {
+    if !dirs.contains_key(id) {
+        dirs.insert(id.to_string(), Dir::default());
+    }
+    dirs.get_mut(id)
+}
+
+/// Whether two latest steps are the same read (the scanner shares one while it stands).
+fn same(a: Option<&Arc<Step>>, b: Option<&Arc<Step>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
     }
 }
 
