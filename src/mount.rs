@@ -33,7 +33,6 @@ use crate::process;
 use crate::process::READY_ENV;
 use crate::tree::{Deposits, Tree};
 use crate::views::Views;
-use crate::views::prices::Prices;
 use crate::witness::Witness;
 use crate::workspace::{Workspace, WorkspaceError};
 
@@ -113,9 +112,8 @@ pub struct MountOptions {
     /// (`litanyfs sentinel`) outlives it and detaches the dead mount.
     #[arg(long)]
     pub auto_unmount: bool,
-    /// A price table (JSON: provider, model or `*`, dollars per million input, output,
-    /// cache read and cache write tokens) that adds a COST column and `cost_usd` to the
-    /// views; tokens no rate covers are `unpriced_tokens`, never free.
+    /// A price table (JSON, see doc/VIEWS.md#spend): the views add a COST column and
+    /// `cost_usd`; tokens no rate covers are `unpriced_tokens`, never free.
     #[arg(long, value_name = "FILE")]
     pub prices: Option<PathBuf>,
 }
@@ -647,7 +645,6 @@ fn workspace_tree(
     opts: &MountOptions,
     read_only: bool,
     views: Option<Arc<Views>>,
-    prices: Option<&Arc<Prices>>,
 ) -> Result<Tree, MountError> {
     let modes = if opts.view_modes {
         crate::tree::Modes::fixed()
@@ -681,9 +678,6 @@ fn workspace_tree(
         }
         sender = agent.clone();
         tree = tree.confined_to(agent);
-    }
-    if let Some(p) = prices {
-        tree.views().set_prices(p.clone());
     }
     if !opts.read_only && !read_only {
         warn_if_root_over_others(workspace.root());
@@ -761,24 +755,14 @@ fn serve(
         harness,
         ..opts.clone()
     };
-    let prices = match &opts.prices {
-        Some(p) => Some(Arc::new(
-            Prices::load(p).map_err(|e| MountError::Daemon(format!("--prices: {e}")))?,
-        )),
-        None => None,
-    };
+    let prices =
+        crate::views::prices::for_mount(opts.prices.as_deref()).map_err(MountError::Daemon)?;
     let started: Arc<Started> = Arc::new(std::sync::OnceLock::new());
     let (space, source_root, single) = match source {
         Source::Workspace(root) => {
             let workspace = Workspace::open(&root).map_err(MountError::Workspace)?;
-            let tree = Arc::new(workspace_tree(
-                &workspace,
-                &mnt,
-                opts,
-                false,
-                None,
-                prices.as_ref(),
-            )?);
+            let tree = Arc::new(workspace_tree(&workspace, &mnt, opts, false, None)?);
+            tree.views().set_prices(prices.clone());
             (Space::One(tree.clone()), root, Some(tree))
         }
         Source::Home { root, shelves } => {
@@ -797,10 +781,9 @@ fn serve(
                 )));
             }
             let (o, m, s) = (opts.clone(), mnt.clone(), started.clone());
-            let p = prices.clone();
             let opener: crate::home::Opener = Box::new(move |ws, workspace, read_only, views| {
                 let tree = Arc::new(
-                    workspace_tree(workspace, &m, &o, read_only, Some(views), p.as_ref())
+                    workspace_tree(workspace, &m, &o, read_only, Some(views))
                         .map_err(|e| e.to_string())?,
                 );
                 if let Some((fs, notifier)) = s.get() {
@@ -810,9 +793,7 @@ fn serve(
                 Ok(tree)
             });
             let home = crate::home::Home::new(root.clone(), shelves, opener);
-            if let Some(p) = &prices {
-                home.set_prices(p.clone());
-            }
+            home.set_prices(prices.clone());
             home.start();
             (Space::Home(home), root, None)
         }

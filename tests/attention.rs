@@ -8,7 +8,8 @@
 //!   the same `response.json` files, and the exhausted tree's budget row says so;
 //! - the first read of `events` after the mount is the whole history.
 //!
-//! Skips with a reason only where litany cannot be found, and never under CI.
+//! Without litany 0.0.15 it fails, unless `LITANYFS_SKIP` names `litany` (see
+//! `litanyfs::testing::prereq`).
 
 mod common;
 
@@ -322,8 +323,6 @@ fn litany_tokens(ws: &Path, keep: impl Fn(&str) -> bool) -> u64 {
 #[test]
 fn every_signal_is_raised_and_cleared_and_spend_is_litanys() {
     let Some(bin) = harness::litany_bin() else {
-        assert!(!harness::in_ci(), "CI must have litany");
-        eprintln!("skipped: no litany 0.0.15");
         return;
     };
     let lab = Lab::new(bin.clone());
@@ -425,21 +424,25 @@ fn every_signal_is_raised_and_cleared_and_spend_is_litanys() {
         assert!(out.status.success(), "{out:?}");
         lab.quiet();
         assert!(eventually(DEADLINE, || row(&m, &id)["step_state"] == "failed"));
-        // Past the time a state must stand to raise anything.
-        std::thread::sleep(Duration::from_secs(4));
+        // A message through the --no-wake mount waits: once its `mail` is raised, the
+        // stop is older than any state must stand to raise a signal, and raised none.
+        std::fs::write(m.path(&format!("inbox/{id}/note")), "go on").unwrap();
+        raised(&m, &id, "mail");
         let k = kinds(&m, &id);
         assert!(!k.contains(&"stopped".to_string()), "{name}: {k:?}");
         if config == "plain" {
-            raised(&m, &id, "notify");
+            assert_eq!(k, ["mail", "notify"], "{name}");
             lab.git(&["update-ref", "-d", &format!("refs/litany/notify/{id}")]);
             cleared(&m, &id, "notify");
         } else {
-            assert!(k.is_empty(), "{name}: {k:?}");
-            // And a message afterwards goes on as ever.
-            lab.message(&id, "go on", &[]);
-            lab.quiet();
-            assert!(eventually(DEADLINE, || row(&m, &id)["step_state"] == "done"));
+            assert_eq!(k, ["mail"], "{name}");
         }
+        // And delivered, the message goes on as ever.
+        let out = lab.lit(&["advance", ws, &id], &[]);
+        assert!(out.status.success(), "{out:?}");
+        lab.quiet();
+        cleared(&m, &id, "mail");
+        assert!(eventually(DEADLINE, || row(&m, &id)["step_state"] == "done"));
     }
 
     // Conflicted: the mark litany writes when a landing conflicts.
@@ -516,4 +519,59 @@ fn every_signal_is_raised_and_cleared_and_spend_is_litanys() {
         by_kind.get("step-finished").copied().unwrap_or(0) >= agents.len(),
         "{by_kind:?}"
     );
+}
+
+#[test]
+fn prices_add_money_and_a_bad_table_refuses_the_mount() {
+    let ws = common::workspace::Ws::new(litanyfs::workspace::refs::Flavour::Litany);
+    let f = &ws.f;
+    f.agent("20261202T094226Z-0122ccc2", Some("Alpha"), &[])
+        .unwrap();
+    let usage = b"{\"type\":\"message_start\",\"v\":1,\"model\":\"m1\",\"role\":\"assistant\"}\n\
+        {\"type\":\"usage\",\"input_tokens\":600000,\"output_tokens\":100000}\n";
+    f.step(
+        "20261202T094226Z-0122ccc2",
+        1,
+        &[
+            ("response.json", usage),
+            ("meta.json", br#"{"provider":"p"}"#),
+        ],
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, r#"{"p": 1}"#).unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let out = common::mount::litanyfs(&[
+        "mount".as_ref(),
+        f.root().as_os_str(),
+        mnt.as_os_str(),
+        "--prices".as_ref(),
+        bad.as_os_str(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--prices"), "{out:?}");
+    assert!(!common::mount::is_mounted(&mnt));
+
+    let good = dir.path().join("prices.json");
+    std::fs::write(
+        &good,
+        r#"[{"provider": "p", "model": "m*", "input": 2, "output": 10}]"#,
+    )
+    .unwrap();
+    let m = Mounted::with_args(f.root(), &["--prices", good.to_str().unwrap()]);
+    let status = read(&m, "status");
+    assert!(
+        status.starts_with("workspace: 700k tokens, 0s wall, 1 steps, $2.20\n"),
+        "{status}"
+    );
+    assert!(
+        status.lines().nth(1).unwrap().contains(" COST "),
+        "{status}"
+    );
+    let r = row(&m, "20261202T094226Z-0122ccc2");
+    assert_eq!(r["cost_usd"], 2.2, "{r}");
+    assert_eq!(r["unpriced_tokens"], 0, "{r}");
+    assert_eq!(r["tree"]["cost_usd"], 2.2, "{r}");
 }

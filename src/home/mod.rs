@@ -123,10 +123,12 @@ impl Home {
         })
     }
 
-    /// Prices every workspace's tokens with `prices` (once, before [`Home::start`]).
-    pub fn set_prices(&self, prices: Arc<crate::views::prices::Prices>) {
+    /// Prices every workspace's tokens with `prices`, when given (once, before
+    /// [`Home::start`]).
+    pub fn set_prices(&self, prices: Option<Arc<crate::views::prices::Prices>>) {
+        let Some(prices) = prices else { return };
         for k in self.known.lock().values() {
-            k.views.set_prices(prices.clone());
+            k.views.set_prices(Some(prices.clone()));
         }
         let _ = self.prices.set(prices);
     }
@@ -237,9 +239,7 @@ impl Home {
         id: (u64, u64),
     ) {
         let views = Views::new(&dir, None);
-        if let Some(p) = self.prices.get() {
-            views.set_prices(p.clone());
-        }
+        views.set_prices(self.prices.get().cloned());
         views.tee_to(self.log.clone(), key.clone());
         self.followers.add(views.clone());
         log::info!("home: following workspace {key} ({})", dir.display());

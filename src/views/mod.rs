@@ -206,9 +206,12 @@ impl Views {
         })
     }
 
-    /// From now on tokens are priced with `prices` (once; a second table is ignored).
-    pub fn set_prices(&self, prices: Arc<prices::Prices>) {
-        let _ = self.prices.set(prices);
+    /// From now on tokens are priced with `prices`, when given (once; a second table is
+    /// ignored).
+    pub fn set_prices(&self, prices: Option<Arc<prices::Prices>>) {
+        if let Some(p) = prices {
+            let _ = self.prices.set(p);
+        }
     }
 
     /// Waits until the history is logged, `limit` at most; whether it is.

@@ -23,6 +23,7 @@
 //! `cache_write`.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use super::model::spend::Payer;
 use crate::records::Tokens;
@@ -73,6 +74,13 @@ fn specificity(pattern: &str, value: Option<&str>) -> Option<usize> {
         Some(prefix) => value.starts_with(prefix).then_some(1 + prefix.len()),
         None => (value == pattern).then_some(usize::MAX),
     }
+}
+
+/// The table `--prices` names, if it names one; the reason when it cannot be read.
+pub fn for_mount(path: Option<&Path>) -> Result<Option<Arc<Prices>>, String> {
+    path.map(|p| Prices::load(p).map(Arc::new))
+        .transpose()
+        .map_err(|e| format!("--prices: {e}"))
 }
 
 impl Prices {
@@ -134,7 +142,6 @@ impl Prices {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     fn payer(p: Option<&str>, m: Option<&str>) -> Payer {
         (p.map(Arc::from), m.map(Arc::from))
