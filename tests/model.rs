@@ -8,8 +8,8 @@
 //! their committed trees, marks under both mark roots). [`Model::view`] applies the rules
 //! of the tree (README.md, doc/SEMANTICS.md) to it and yields every path the mount must
 //! show, with what each must list, hold or point to. Reads poll until the mount agrees
-//! (the mount promises changes within a second) and fail with the seed, the step, the
-//! recent ops and expected vs got.
+//! (the mount promises changes within a second; the test allows [`LIVE`]) and fail with
+//! the seed, the step, the recent ops and expected vs got.
 //!
 //! Operations: the harness's writes (new step directories with records, appends to
 //! `response.json` and `driver.log`, `output.json` and `input.json` written through a
@@ -53,8 +53,12 @@ use litanyfs::workspace::refs::Flavour;
 
 /// Steps of a default run: bounded so the test belongs in the normal suite.
 const DEFAULT_STEPS: usize = 300;
-/// How long a read may take to show a change (the mount promises a second).
-const LIVE: Duration = Duration::from_secs(2);
+/// How long a read may take to show a change before the check fails. The mount promises
+/// a second, but this is no speed target (the run prints the longest wait): a busy
+/// machine delays the invalidation thread past two seconds (seed 24 did so once in five
+/// loaded runs), while a change the mount misses stays wrong for an hour (`WATCHED_TTL`),
+/// so a deadline of seconds still catches it.
+const LIVE: Duration = Duration::from_secs(10);
 /// How long a writer's name resolves after its message was sent (doc/SEMANTICS.md: "your name
 /// still resolves for 5 seconds after the deposit").
 const ALIAS_GRACE: Duration = Duration::from_secs(5);
