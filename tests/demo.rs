@@ -196,8 +196,7 @@ fn the_demo_is_a_healthy_workspace_and_every_tour_line_works() {
             .contains(&format!("cat {}/status", d.root().display()))
     );
 
-    // status: the three agents as the tour says, and nothing that needs a look but
-    // the held call.
+    // status: the three agents as the tour says.
     let status = d.read("status");
     let row = |id: &str| {
         status
@@ -224,8 +223,22 @@ fn the_demo_is_a_healthy_workspace_and_every_tour_line_works() {
         .lines()
         .filter(|l| l.trim_start().starts_with('!'))
         .collect();
-    assert_eq!(notes.len(), 1, "{status}");
-    assert!(notes[0].contains("held bash"), "{status}");
+    // Two things need a look, both by design: the held call, and the child's result
+    // waiting in BoulderThunder's inbox with no executor to take it (the `mail` signal,
+    // ECOSYSTEM §3).
+    assert_eq!(notes.len(), 2, "{status}");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("held") && n.contains("bash")),
+        "{status}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("mail") && n.contains(&format!("inbox/{r}"))),
+        "{status}"
+    );
 
     // The newest step's answer has words; the mail waiting is from an agent.
     let answer = d.read(&format!("steps/{r}/latest/response.md"));
