@@ -16,6 +16,13 @@ use serde_json::Value;
 /// Where a record's blocks sit: `#` for an attempt or entry, one more `#` for its blocks.
 const HASHES: &str = "######";
 
+/// Depth of a block header in `response.md`: one below its attempt.
+pub(super) const RESPONSE_BLOCK: usize = 2;
+/// Depth of a transcript entry's header, and of every section after the entries.
+pub(super) const ENTRY: usize = 2;
+/// Depth of a block header in a transcript entry: one below the entry.
+pub(super) const ENTRY_BLOCK: usize = 3;
+
 /// The separator between the parts of a header line.
 pub(super) const SEP: &str = " · ";
 
@@ -73,9 +80,16 @@ fn header(out: &mut Vec<u8>, depth: usize, title: &str) {
     out.extend_from_slice(b"\n\n");
 }
 
-/// `# attempt <n>[ · id <id>][ · model <model>][ · v <v>]`. The schema version is shown
-/// only when it is not the handshake's `1`.
-pub(super) fn attempt(out: &mut Vec<u8>, n: u32, id: Option<&str>, model: Option<&str>, v: u8) {
+/// `# attempt <n>[ · id <id>][ · model <model>][ · v <v>]` at `depth`. The schema version
+/// is shown only when it is not the handshake's `1`.
+pub(super) fn attempt(
+    out: &mut Vec<u8>,
+    depth: usize,
+    n: u32,
+    id: Option<&str>,
+    model: Option<&str>,
+    v: u8,
+) {
     let mut title = format!("attempt {n}");
     if let Some(id) = id {
         let _ = write!(title, "{SEP}id {}", inline(id));
@@ -86,7 +100,7 @@ pub(super) fn attempt(out: &mut Vec<u8>, n: u32, id: Option<&str>, model: Option
     if v != 1 {
         let _ = write!(title, "{SEP}v {v}");
     }
-    header(out, 1, &title);
+    header(out, depth, &title);
 }
 
 /// The two block kinds whose text streams verbatim.
@@ -304,13 +318,17 @@ pub(super) fn bad_input(out: &mut Vec<u8>, depth: usize, reason: &str, joined: &
     fenced(out, "text", joined);
 }
 
-/// `## <NNN> <origin> · <time>[ · key: value]…`: a transcript entry.
+/// `## <NNN> <origin> · <time>[ · key: value]…[ · <name> (<id>)]…`: a transcript entry,
+/// with the frontmatter fields of a message and the calls a tool entry answers. `time` is
+/// the commit's time, or a live entry's state ([`TIME_WIDTH`] wide, see [`live_state`]),
+/// or `None` for `time unknown`.
 pub(super) fn entry(
     out: &mut Vec<u8>,
     number: &str,
     origin: &str,
     time: Option<&str>,
     fields: &[(&str, &str)],
+    calls: &[(&str, &str)],
 ) {
     let mut title = format!(
         "{} {}{SEP}{}",
@@ -321,7 +339,76 @@ pub(super) fn entry(
     for (key, value) in fields {
         let _ = write!(title, "{SEP}{}: {}", inline(key), inline(value));
     }
-    header(out, 2, &title);
+    for (name, id) in calls {
+        let _ = write!(title, "{SEP}{} ({})", inline(name), inline(id));
+    }
+    header(out, ENTRY, &title);
+}
+
+/// The width of an entry's time, `YYYY-MM-DDTHH:MM:SSZ`, and so of the state a live entry
+/// shows in its place: when the entry is committed the time overwrites the state and no
+/// byte of the transcript moves.
+pub const TIME_WIDTH: usize = 20;
+
+/// The state of a model entry streaming now (`response.json` being written).
+pub const STREAMING: &str = "streaming, in flight";
+/// The state of a model entry whose step failed: it will never be committed.
+pub const CUT: &str = "cut, never committed";
+/// The state of a deposit that the next drain delivers as this entry.
+pub const WAITING: &str = "waiting in the inbox";
+
+/// The state of a tool entry whose tool runs now: `running since HH:MMZ` (UTC), from the
+/// seconds since the epoch its `input.json` was written.
+pub fn running_since(secs: i64) -> String {
+    let day = secs.rem_euclid(86_400);
+    format!("running since {:02}:{:02}Z", day / 3600, day % 3600 / 60)
+}
+
+/// `state` as a live entry shows it: exactly [`TIME_WIDTH`] bytes, cut or padded with
+/// spaces (every state above is that wide already).
+pub(super) fn live_state(state: &str) -> String {
+    let mut s: String = state.chars().take(TIME_WIDTH).collect();
+    while s.len() > TIME_WIDTH {
+        s.pop();
+    }
+    while s.len() < TIME_WIDTH {
+        s.push(' ');
+    }
+    s
+}
+
+/// `## compacted <first> to <last>` (`## compacted <n>` for one, `## compacted` when the
+/// numbers are not known): where a compaction took entries out.
+pub(super) fn compacted(out: &mut Vec<u8>, numbers: Option<(u32, u32)>) {
+    let title = match numbers {
+        Some((a, b)) if a == b => format!("compacted {a:03}"),
+        Some((a, b)) => format!("compacted {a:03} to {b:03}"),
+        None => "compacted".to_string(),
+    };
+    header(out, ENTRY, &title);
+}
+
+/// `### <path>` and a summary's text, verbatim.
+pub(super) fn summary(out: &mut Vec<u8>, path: &str, text: &[u8]) {
+    header(out, ENTRY_BLOCK, &inline(path));
+    out.extend_from_slice(&String::from_utf8_lossy(text).into_owned().into_bytes());
+    out.extend_from_slice(BODY_END);
+}
+
+/// `## <what> · <detail>…`: a section of where the conversation stands that is no entry
+/// (`held`, `wound`, `waiting` for a deposit whose number is not known yet).
+pub(super) fn live_section(out: &mut Vec<u8>, what: &str, details: &[&str]) {
+    let mut title = what.to_string();
+    for d in details {
+        let _ = write!(title, "{SEP}{}", inline(d));
+    }
+    header(out, ENTRY, &title);
+}
+
+/// A paragraph of prose in a section's body, and [`BODY_END`].
+pub(super) fn paragraph(out: &mut Vec<u8>, text: &str) {
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(BODY_END);
 }
 
 /// `### tool_result <id>[ · error]`.
@@ -398,6 +485,22 @@ mod tests {
             text(|o| call_input(o, "bash", &other)),
             "```json\n{\n  \"command\": \"ls\",\n  \"timeout\": 1\n}\n```\n\n"
         );
+    }
+
+    #[test]
+    fn live_states_are_as_wide_as_a_time() {
+        let time = crate::deposit::render::format_utc(1_796_000_000);
+        assert_eq!(time.len(), TIME_WIDTH);
+        for state in [STREAMING, CUT, WAITING, &running_since(1_796_000_000)] {
+            assert_eq!(state.len(), TIME_WIDTH, "{state:?}");
+            assert_eq!(live_state(state), state);
+        }
+        assert_eq!(
+            running_since(3600 * 9 + 42 * 60 + 59),
+            "running since 09:42Z"
+        );
+        assert_eq!(live_state("short").len(), TIME_WIDTH);
+        assert_eq!(live_state("é".repeat(30).as_str()).len(), TIME_WIDTH);
     }
 
     #[test]

@@ -101,6 +101,7 @@
 //! results show none.
 
 mod format;
+pub mod live;
 mod response;
 mod transcript;
 
@@ -115,10 +116,11 @@ use parking_lot::Mutex;
 use crate::lru::ByteLru;
 use crate::paging::CaptureKey;
 use crate::workspace::refs::{GitError, Refs};
-use response::Rendering;
+use live::{Facts, Part, View};
 pub use response::{Attempt, Tally, Tokens};
+use response::{Fold, Rendering};
 pub use transcript::MAX_TRANSCRIPT_BYTES;
-use transcript::Transcript;
+pub(crate) use transcript::Transcript;
 
 /// Rendered bytes between two checkpoints of a `response.md` not held whole. A read
 /// re-renders at most this much before the bytes it wants, under 1 ms for text deltas.
@@ -131,10 +133,37 @@ const KEEP_SHARE: usize = 8;
 /// What a cache slot is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Key {
-    /// A `response.json`, by (dev, ino).
+    /// A `response.json` as `response.md`, by (dev, ino).
     Response(u64, u64),
+    /// A `response.json` as the model entry it streams into `transcript.md`, by (dev, ino).
+    Entry(u64, u64),
     /// A transcript, by branch tip.
     Transcript(Oid),
+}
+
+/// Which rendering of a `response.json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// `response.md`.
+    Response,
+    /// The model entry it becomes, in `transcript.md` ([`Fold::entry`]).
+    Entry,
+}
+
+impl Shape {
+    fn key(self, key: CaptureKey) -> Key {
+        match self {
+            Shape::Response => Key::Response(key.dev, key.ino),
+            Shape::Entry => Key::Entry(key.dev, key.ino),
+        }
+    }
+
+    fn fold(self) -> Fold {
+        match self {
+            Shape::Response => Fold::default(),
+            Shape::Entry => Fold::entry(),
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -184,6 +213,14 @@ pub const LENGTH_ONLY_BYTES: u64 = CHECKPOINT_BYTES;
 type Lru = ByteLru<Key, Value>;
 type Lengths = ByteLru<(u64, u64), Length>;
 
+/// The models named by the `request.json` files of streaming steps, by (dev, ino), as of
+/// the version read: a request holds the whole conversation, so it is read once a step.
+type Models = crate::FastMap<(u64, u64), (CaptureKey, Option<String>)>;
+/// The most request models remembered (one per agent streaming now, and more).
+const MODELS_KEPT: usize = 4096;
+/// A top-level key of the pretty JSON, keys sorted, litany writes a request as.
+const REQUEST_MODEL_KEY: &[u8] = b"\n  \"model\": ";
+
 /// Renderings of `response.json` files and transcripts, within a byte budget. Shared by
 /// the request threads: calls for different files run in parallel, calls for the same
 /// `response.json` one at a time.
@@ -194,6 +231,7 @@ pub struct Records {
     ahead_part: u64,
     lru: Mutex<Lru>,
     lengths: Mutex<Lengths>,
+    models: Mutex<Models>,
 }
 
 impl Records {
@@ -217,7 +255,27 @@ impl Records {
             ahead_part: response::AHEAD_PART,
             lru: Mutex::new(Lru::default()),
             lengths: Mutex::new(Lengths::default()),
+            models: Mutex::new(Models::default()),
         }
+    }
+
+    /// The `model` of the `request.json` open as `file` (fstat `key`): the origin litany
+    /// gives the step's model entry. Read once per version of the file.
+    pub fn request_model(&self, file: &File, key: CaptureKey) -> io::Result<Option<String>> {
+        if let Some((k, m)) = self.models.lock().get(&(key.dev, key.ino))
+            && *k == key
+        {
+            return Ok(m.clone());
+        }
+        let len = usize::try_from(key.size).map_err(io::Error::other)?;
+        let bytes = response::read_exact_at(file, 0, len)?;
+        let model = request_model(&bytes);
+        let mut models = self.models.lock();
+        if models.len() >= MODELS_KEPT {
+            models.clear();
+        }
+        models.insert((key.dev, key.ino), (key, model.clone()));
+        Ok(model)
     }
 
     /// The same cache rendering ahead on other threads from `bytes` of a file on (small
@@ -228,8 +286,8 @@ impl Records {
         self
     }
 
-    fn rendering(&self) -> Rendering {
-        Rendering::new(self.interval, self.keep(), self.ahead_part)
+    fn rendering(&self, shape: Shape) -> Rendering {
+        Rendering::new(self.interval, self.keep(), self.ahead_part, shape.fold())
     }
 
     /// The longest rendering held whole.
@@ -261,13 +319,26 @@ impl Records {
         closed: bool,
         f: impl FnOnce(&mut Rendering) -> io::Result<T>,
     ) -> io::Result<T> {
-        let slot = Key::Response(key.dev, key.ino);
+        self.with_rendering(Shape::Response, file, key, closed, f)
+    }
+
+    /// Runs `f` on the `shape` rendering of the `response.json` open as `file`, brought
+    /// up to `key` first.
+    fn with_rendering<T>(
+        &self,
+        shape: Shape,
+        file: &File,
+        key: CaptureKey,
+        closed: bool,
+        f: impl FnOnce(&mut Rendering) -> io::Result<T>,
+    ) -> io::Result<T> {
+        let slot = shape.key(key);
         let rendering = {
             let mut lru = self.lru.lock();
             match lru.get(slot) {
                 Some(Value::Response(r)) => r,
                 _ => {
-                    let r = Arc::new(Mutex::new(self.rendering()));
+                    let r = Arc::new(Mutex::new(self.rendering(shape)));
                     lru.insert(slot, Value::Response(Arc::clone(&r)), 0);
                     r
                 }
@@ -278,7 +349,7 @@ impl Records {
             let result = r.sync(file, key, closed).and_then(|()| f(&mut r));
             if result.is_err() {
                 // A failed read may have left the rendering half done: start over.
-                *r = self.rendering();
+                *r = self.rendering(shape);
             }
             (result, r.cost())
         };
@@ -336,7 +407,7 @@ impl Records {
         {
             return Ok(Some(len));
         }
-        let mut r = self.rendering();
+        let mut r = self.rendering(Shape::Response);
         r.sync(file, key, closed)?;
         if let Some((offset, n, out)) = read {
             r.read(file, offset, n, out)?;
@@ -385,12 +456,22 @@ impl Records {
         self.with_response(file, key, closed, |r| r.read(file, offset, len, out))
     }
 
-    /// `transcript.md` of the agent whose branch tip is `tip`, cached by tip. A tip that
-    /// only added entries to a cached one renders only those; rewritten history (a
-    /// compaction landing) is rendered afresh.
+    /// `transcript.md`'s committed part for the branch tip `tip`, cached by tip (the
+    /// bytes of [`Records::transcript_rendering`]).
     pub fn transcript(&self, refs: &Refs, tip: Oid) -> Result<Arc<Vec<u8>>, GitError> {
+        Ok(Arc::clone(self.transcript_rendering(refs, tip)?.bytes()))
+    }
+
+    /// The committed transcript of the agent whose branch tip is `tip`, cached by tip. A
+    /// tip that only added entries to a cached one renders only those; rewritten history
+    /// (a compaction landing) is rendered afresh.
+    pub(crate) fn transcript_rendering(
+        &self,
+        refs: &Refs,
+        tip: Oid,
+    ) -> Result<Arc<Transcript>, GitError> {
         if let Some(Value::Transcript(t)) = self.lru.lock().get(Key::Transcript(tip)) {
-            return Ok(Arc::clone(&t.bytes));
+            return Ok(t);
         }
         let cached: HashMap<Oid, Arc<Transcript>> = {
             let lru = self.lru.lock();
@@ -403,16 +484,150 @@ impl Records {
         };
         let (rendered, base) = Transcript::render(refs, tip, &cached)?;
         let rendered = Arc::new(rendered);
-        let bytes = Arc::clone(&rendered.bytes);
         let mut lru = self.lru.lock();
         if let Some(base) = base {
             // The base's tip is history now; its bytes live on in the new rendering.
             lru.remove(&Key::Transcript(base));
         }
         let cost = rendered.cost();
-        lru.insert(Key::Transcript(tip), Value::Transcript(rendered), cost);
+        lru.insert(
+            Key::Transcript(tip),
+            Value::Transcript(Arc::clone(&rendered)),
+            cost,
+        );
         lru.evict(self.renderings_budget());
-        Ok(bytes)
+        Ok(rendered)
+    }
+
+    /// `transcript.md` as it stands: the committed entries at `tip`, then the live tail
+    /// `facts` describe ([`live`]). The streaming entry's blocks are rendered from its
+    /// `response.json` by the same cache as `response.md` (in their own slot), so a
+    /// delta appended costs the rendering of that delta.
+    pub fn transcript_view(&self, refs: &Refs, tip: Oid, facts: Facts) -> Result<View, ViewError> {
+        let committed = self.transcript_rendering(refs, tip)?;
+        let mut stream = None;
+        let mut kind = String::new();
+        if let Some(m) = &facts.model
+            && let Some((file, key)) = &m.response
+        {
+            let (len, outcome, open) =
+                self.with_rendering(Shape::Entry, file, *key, m.closed, |r| {
+                    Ok((r.len(), r.fold().outcome().cloned(), r.fold().in_attempt()))
+                })?;
+            kind = live::wound_kind(outcome.as_ref(), open);
+            stream = Some(len);
+        }
+        let sections = live::sections(&committed, &facts, &kind);
+        let mut parts = Vec::new();
+        if !sections.before.is_empty() {
+            parts.push(Part::Bytes(sections.before));
+        }
+        if let (Some(len), Some(m)) = (stream, facts.model)
+            && let Some((file, key)) = m.response
+        {
+            parts.push(Part::Stream {
+                file,
+                key,
+                closed: m.closed,
+                len,
+            });
+        }
+        if !sections.after.is_empty() {
+            parts.push(Part::Bytes(sections.after));
+        }
+        Ok(View::new(Arc::clone(committed.bytes()), parts))
+    }
+
+    /// Bytes `[offset, offset + len)` of `view`, cut short at its end, appended to `out`.
+    /// The streaming entry is read from its rendering as it is now: it only grew since the
+    /// view was taken, so the view's bytes are a prefix of it.
+    pub fn view_read(
+        &self,
+        view: &View,
+        offset: u64,
+        len: u64,
+        out: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        let end = offset.saturating_add(len).min(view.len());
+        let mut at = 0u64;
+        let slice = |bytes: &[u8], at: u64, out: &mut Vec<u8>| {
+            let hi = at + bytes.len() as u64;
+            if hi > offset && at < end {
+                let from = (offset.max(at) - at) as usize;
+                let to = (end.min(hi) - at) as usize;
+                out.extend_from_slice(&bytes[from..to]);
+            }
+        };
+        slice(&view.committed, at, out);
+        at += view.committed.len() as u64;
+        for part in &view.parts {
+            if at >= end {
+                break;
+            }
+            let part_len = part.len();
+            match part {
+                Part::Bytes(b) => slice(b, at, out),
+                Part::Stream {
+                    file, key, closed, ..
+                } => {
+                    if at + part_len > offset {
+                        let from = offset.saturating_sub(at);
+                        let to = end.min(at + part_len) - at;
+                        let now = CaptureKey::of(file).unwrap_or(*key);
+                        self.with_rendering(Shape::Entry, file, now, *closed, |r| {
+                            r.read(file, from, to - from, out)
+                        })?;
+                    }
+                }
+            }
+            at += part_len;
+        }
+        Ok(())
+    }
+}
+
+/// The top-level `model` of a canonical request: found as the line litany's pretty,
+/// key-sorted writing puts it on (a string inside the request cannot hold a raw newline),
+/// else by parsing the whole request.
+fn request_model(bytes: &[u8]) -> Option<String> {
+    if let Some(at) = memchr::memmem::find(bytes, REQUEST_MODEL_KEY) {
+        let rest = &bytes[at + REQUEST_MODEL_KEY.len()..];
+        if let Some(Ok(model)) = serde_json::Deserializer::from_slice(rest)
+            .into_iter::<String>()
+            .next()
+        {
+            return Some(model);
+        }
+    }
+    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    v.get("model")?.as_str().map(str::to_string)
+}
+
+/// Why a transcript could not be rendered.
+#[derive(Debug)]
+pub enum ViewError {
+    Git(GitError),
+    Io(io::Error),
+}
+
+impl std::fmt::Display for ViewError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ViewError::Git(e) => e.fmt(f),
+            ViewError::Io(e) => e.fmt(f),
+        }
+    }
+}
+
+impl From<GitError> for ViewError {
+    fn from(e: GitError) -> Self {
+        ViewError::Git(e)
+    }
+}
+
+impl From<io::Error> for ViewError {
+    fn from(e: io::Error) -> Self {
+        ViewError::Io(e)
     }
 }
 

@@ -27,6 +27,7 @@ pub mod drafts;
 mod error;
 mod git;
 mod inbox;
+mod live;
 pub mod modes;
 mod node;
 mod records;
@@ -228,6 +229,8 @@ pub enum Content {
     },
     /// One rendering of the events log, read at an offset as it grows.
     Log(crate::views::Rendering),
+    /// An agent's `transcript.md`, read as it stands ([`records::TranscriptOpen`]).
+    Transcript(records::TranscriptOpen),
 }
 
 /// What deposits through the mount need: the engine and who they come from.
@@ -729,8 +732,9 @@ impl Tree {
             Content::Bytes(_) if matches!(node, Node::Record(_) | Node::View(_)) => {
                 opened.direct_io = true
             }
-            // The log grows under the reader: every read asks for the current end.
-            Content::Log(_) => opened.direct_io = true,
+            // The log grows under the reader: every read asks for the current end; so
+            // does a transcript, whose live tail grows and is rendered afresh.
+            Content::Log(_) | Content::Transcript(_) => opened.direct_io = true,
             Content::Bytes(_) | Content::Stream { .. } => {}
         }
         Ok(opened)
@@ -812,6 +816,7 @@ impl Tree {
                 out.extend_from_slice(&self.read_log(node, *r, offset, size)?);
                 Ok(())
             }
+            Content::Transcript(t) => self.read_transcript(node, t, offset, size, out),
         }
     }
 

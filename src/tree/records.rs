@@ -5,13 +5,16 @@
 //! |---|---|
 //! | `steps/<id>/latest` | a symlink to the highest-numbered step directory, so `tail -f steps/<id>/latest/response.md` follows an agent |
 //! | `steps/<id>/<NNN>/response.md` | the step's `response.json` rendered as text ([`crate::records`]); grows as the model streams |
-//! | `steps/<id>/transcript.md` | the agent's committed conversation at its branch tip |
+//! | `steps/<id>/transcript.md` | the agent's conversation: the committed entries at its branch tip, then where it stands now ([`crate::records::live`], gathered in `live.rs`) |
 //!
 //! Guarantees: these names never shadow a record (litany writes only numbered step
 //! directories and `driver.log` under `steps/<id>/`, and fixed record names in a step,
 //! CONTRACT §4.1; a file of the same name on disk wins); they follow the same
 //! confinement as the records they are made from (under `--agent ID`, only ID's); their
-//! sizes are exact, from the one rendering that reads serve.
+//! sizes are exact, from the one rendering that reads serve. An open `transcript.md`
+//! serves the view it last took while a read falls inside it (so `cat` reads one
+//! consistent file) and takes the view afresh for a read that reaches its end (so
+//! `tail -f` and `less +F` see it grow).
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -21,10 +24,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use parking_lot::Mutex;
+
 use super::node::{Backed, Place, RecordView};
 use super::{Attr, Child, Content, EAGER_STREAMS_BYTES, ErrorKind, Kind, NO_TTL, Node, Tree};
 use super::{TreeError, WATCHED_TTL, kept_while};
 use crate::paging::CaptureKey;
+use crate::records::live::View;
 use crate::workspace::STEPS_DIR;
 use crate::workspace::backing::Stat;
 use crate::workspace::steps::{META_FILE, RESPONSE_FILE, step_number};
@@ -95,6 +101,13 @@ struct Listed<'a> {
     done: bool,
 }
 
+/// An open `transcript.md`: the view it last served.
+#[derive(Debug)]
+pub struct TranscriptOpen {
+    agent: String,
+    view: Mutex<Arc<View>>,
+}
+
 /// An open `response.json`: what a `response.md` is rendered from.
 struct Response {
     file: File,
@@ -142,7 +155,7 @@ impl Tree {
 
     /// The highest-numbered step directory of `agent`, with the attributes of the agent's
     /// directory; `None` when it has none.
-    fn latest_step(&self, agent: &str) -> Result<Option<(String, Attr)>, TreeError> {
+    pub(super) fn latest_step(&self, agent: &str) -> Result<Option<(String, Attr)>, TreeError> {
         let dir = agent_steps(agent);
         let node = Node::Backing(dir.clone());
         let dir_attr = self.backing_getattr(&node, &dir)?;
@@ -205,18 +218,55 @@ impl Tree {
             .map_err(|e| TreeError::io(node.path(), e))
     }
 
-    /// `transcript.md` at the agent's tip, and the tip's commit time.
-    fn transcript(&self, node: &Node, agent: &str) -> Result<(Arc<Vec<u8>>, Attr), TreeError> {
+    /// `transcript.md` as `agent` stands now ([`crate::records::live`]), and its times:
+    /// the newest of the tip's commit time and the live records'.
+    fn transcript(&self, node: &Node, agent: &str) -> Result<(Arc<View>, Attr), TreeError> {
         let snap = self.snapshot()?;
         let tip = *snap
             .agents
             .get(agent)
             .ok_or_else(|| TreeError::not_found(node.path()))?;
         let git = |e| TreeError::git(node.path(), e);
-        let bytes = self.records.transcript(&self.refs, tip).map_err(git)?;
-        let mtime = self.refs.commit_time(tip).map_err(git)?;
-        let attr = self.virtual_attr(node, Kind::File, bytes.len() as u64, mtime);
-        Ok((bytes, attr))
+        let (facts, newest) = self.live_facts(agent, tip, &snap)?;
+        let view = self
+            .records
+            .transcript_view(&self.refs, tip, facts)
+            .map_err(|e| match e {
+                crate::records::ViewError::Git(e) => TreeError::git(node.path(), e),
+                crate::records::ViewError::Io(e) => TreeError::io(node.path(), e),
+            })?;
+        let mut mtime = self.refs.commit_time(tip).map_err(git)?;
+        if let Ok(secs) = u64::try_from(newest) {
+            mtime = mtime.max(SystemTime::UNIX_EPOCH + Duration::from_secs(secs));
+        }
+        let attr = self.virtual_attr(node, Kind::File, view.len(), mtime);
+        Ok((Arc::new(view), attr))
+    }
+
+    /// Reads of an open `transcript.md`, into `out`: from the view it holds while the read
+    /// falls inside it, else from a fresh one (see the module docs).
+    pub(super) fn read_transcript(
+        &self,
+        node: &Node,
+        open: &TranscriptOpen,
+        offset: u64,
+        size: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<(), TreeError> {
+        let end = offset.saturating_add(u64::from(size));
+        let view = {
+            let held = Arc::clone(&open.view.lock());
+            if end <= held.len() {
+                held
+            } else {
+                let fresh = self.transcript(node, &open.agent)?.0;
+                *open.view.lock() = Arc::clone(&fresh);
+                fresh
+            }
+        };
+        self.records
+            .view_read(&view, offset, u64::from(size), out)
+            .map_err(|e| TreeError::io(node.path(), e))
     }
 
     pub(super) fn record_attr(&self, node: &Node, v: &RecordView) -> Result<Attr, TreeError> {
@@ -256,9 +306,9 @@ impl Tree {
             // Its target and times change with the entries of `steps/<id>/` only, which
             // its watch reports ([`derived_from`]).
             RecordView::Latest { agent } => kept_while(self.watched(agent_steps(agent).shared())),
-            // It changes only when the branch moves, which the refs' watch reports
-            // ([`Tree::refs_changed`]).
-            RecordView::Transcript { .. } => kept_while(self.refs.is_watched()),
+            // Its live tail changes with the step records and the inbox, and `tail -f`
+            // polls its size: never kept.
+            RecordView::Transcript { .. } => NO_TTL,
         }
     }
 
@@ -298,7 +348,10 @@ impl Tree {
                     closed: r.closed,
                 })
             }
-            RecordView::Transcript { agent } => Ok(Content::Bytes(self.transcript(node, agent)?.0)),
+            RecordView::Transcript { agent } => Ok(Content::Transcript(TranscriptOpen {
+                agent: agent.clone(),
+                view: Mutex::new(self.transcript(node, agent)?.0),
+            })),
         }
     }
 

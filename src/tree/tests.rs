@@ -435,11 +435,11 @@ fn response_md_renders_the_record_and_grows_with_it() {
     assert!(confined.getattr(&node).is_err());
 }
 
-/// `latest` and `transcript.md` are kept long only when a watch reports what changes
-/// them: the agent's step directory for `latest` (whose every entry invalidates it,
-/// `derived_from`), the refs for `transcript.md`.
+/// `latest` is kept long only when a watch reports what changes it: the agent's step
+/// directory (whose every entry invalidates it, `derived_from`); `transcript.md`, whose
+/// live tail follows the step records and the inbox, never.
 #[test]
-fn latest_and_transcript_md_are_kept_long_only_when_watched() {
+fn latest_is_kept_long_only_when_watched_and_transcript_md_never() {
     let (_t, _f, tree) = setup(Flavour::Litany);
     let ttls = |tree: &Tree| -> Vec<(String, Duration)> {
         let (dir, _) = resolve(tree, &format!("steps/{A}")).unwrap();
@@ -453,13 +453,18 @@ fn latest_and_transcript_md_are_kept_long_only_when_watched() {
         v.sort();
         v
     };
-    let both = |ttl| vec![(LATEST.to_string(), ttl), (TRANSCRIPT_MD.to_string(), ttl)];
+    let both = |ttl| {
+        vec![
+            (LATEST.to_string(), ttl),
+            (TRANSCRIPT_MD.to_string(), NO_TTL),
+        ]
+    };
     assert_eq!(ttls(&tree), both(SHORT_TTL));
     let tree = tree.watching();
     assert_eq!(ttls(&tree), both(WATCHED_TTL));
-    for name in [LATEST, TRANSCRIPT_MD] {
+    for (name, ttl) in [(LATEST, WATCHED_TTL), (TRANSCRIPT_MD, NO_TTL)] {
         let (node, attr) = resolve(&tree, &format!("steps/{A}/{name}")).unwrap();
-        assert_eq!(tree.ttl(&node, &attr), WATCHED_TTL, "{name}");
+        assert_eq!(tree.ttl(&node, &attr), ttl, "{name}");
     }
     let dir = format!("steps/{A}");
     for entry in ["002", "driver.log"] {

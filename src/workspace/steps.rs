@@ -8,6 +8,11 @@ pub const DRIVER_LOG: &str = "driver.log";
 pub const RESPONSE_FILE: &str = "response.json";
 /// A step's closing record: written once the step is done, so its records no longer grow.
 pub const META_FILE: &str = "meta.json";
+/// A step's canonical request, written before the model call (CONTRACT §4.1).
+pub const REQUEST_FILE: &str = "request.json";
+/// The model entry being built during the call; renamed into the worktree as
+/// `messages/NNN-<model>.json` when it is committed, left behind when the step fails.
+pub const STAGING_FILE: &str = "staging.json";
 /// The adapter's stderr, every attempt's appended (normally empty: brazen speaks its
 /// failures in-band).
 pub const STDERR_FILE: &str = "stderr.log";

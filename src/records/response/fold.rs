@@ -11,8 +11,14 @@ use serde_json::Value;
 use super::fast::{Body, DeltaTag, Run, fast_delta, text_run, unescape};
 use crate::records::format::{self, Prose, Usage};
 
-/// Depth of a block header in `response.md`: one below its attempt.
-const BLOCK: usize = 2;
+use crate::records::format::{ENTRY_BLOCK, RESPONSE_BLOCK as BLOCK};
+
+/// The finish reasons after which litany seals the entry with the attempt's usage: the
+/// shape a committed model entry ends with. `pause` continues into the next segment; any
+/// other reason (`length` fails the step) is shown as a note.
+const SEALING_FINISHES: [&str; 3] = ["stop", "tool_use", "stop_sequence"];
+/// The finish that continues the entry in the next segment (litany keeps its blocks).
+const PAUSE: &str = "pause";
 
 /// The event kinds litany reads (brazen's `Event`, v=1). Unknown types are accepted and
 /// ignored, as brazen's `#[serde(other)]` does; a known type with a wrong shape fails.
@@ -142,6 +148,15 @@ struct Attempt {
     failed: bool,
 }
 
+/// How the last attempt that ended, ended: what a wound names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// An `end` after a finish (the reason as shown, `None` when there was none).
+    Finished(Option<String>),
+    /// An `error` event: its kind and message.
+    Failed(String),
+}
+
 /// The renderer's state between two lines.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Fold {
@@ -150,12 +165,47 @@ pub(crate) struct Fold {
     /// Attempts opened so far.
     attempts: u32,
     open: Option<Attempt>,
+    /// Rendering a transcript entry rather than `response.md` (see [`Fold::entry`]).
+    entry: bool,
+    /// How the last attempt that ended, ended.
+    last: Option<Outcome>,
 }
 
 impl Fold {
+    /// The fold of a model entry being streamed, as `transcript.md` shows it: blocks one
+    /// level down (as a committed entry's), no header for the first attempt, and at its
+    /// end the `usage` line a committed entry ends with, so that a single attempt's
+    /// rendering is exactly the entry litany then commits (module docs of
+    /// [`crate::records`]). A retry is shown with its notes, as in `response.md`.
+    pub(crate) fn entry() -> Self {
+        Fold {
+            entry: true,
+            ..Fold::default()
+        }
+    }
+
+    /// Depth of a block header.
+    fn depth(&self) -> usize {
+        if self.entry { ENTRY_BLOCK } else { BLOCK }
+    }
+
+    /// How the last attempt that ended, ended; `None` while the first is open.
+    pub(crate) fn outcome(&self) -> Option<&Outcome> {
+        self.last.as_ref()
+    }
+
+    /// Whether an attempt is open (it has neither ended nor failed).
+    pub(crate) fn in_attempt(&self) -> bool {
+        self.open.as_ref().is_some_and(|a| !a.failed)
+    }
+
     /// Heap bytes this state holds (for the cache's accounting).
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.open.as_ref().map_or(0, |a| {
+        let last = match &self.last {
+            Some(Outcome::Finished(Some(s)) | Outcome::Failed(s)) => s.capacity(),
+            _ => 0,
+        };
+        last + self.open.as_ref().map_or(0, |a| {
             a.block.as_ref().map_or(0, Block::heap_bytes)
                 + a.usage
                     .iter()
@@ -282,7 +332,7 @@ impl Fold {
             Ok(event) => self.event(event, out),
             Err(e) => {
                 self.interrupt(out);
-                format::unparsed(out, BLOCK, self.line, &e.to_string(), line);
+                format::unparsed(out, self.depth(), self.line, &e.to_string(), line);
             }
         }
     }
@@ -296,7 +346,7 @@ impl Fold {
         }
         if self.open.as_ref().is_some_and(|a| !a.failed) {
             self.end_block(out);
-            format::half_stream(out, BLOCK, self.attempts);
+            format::half_stream(out, self.depth(), self.attempts);
         }
     }
 
@@ -304,9 +354,33 @@ impl Fold {
     fn attempt(&mut self, out: &mut Vec<u8>) -> &mut Attempt {
         if self.open.is_none() {
             self.attempts += 1;
-            format::attempt(out, self.attempts, None, None, 1);
+            self.attempt_header(out, None, None, 1);
         }
         self.open.get_or_insert_with(Attempt::default)
+    }
+
+    /// The header of attempt `self.attempts`: in `response.md` every attempt's; in an
+    /// entry only a retry's, as a note (the first attempt is the entry itself).
+    fn attempt_header(&self, out: &mut Vec<u8>, id: Option<&str>, model: Option<&str>, v: u8) {
+        if !self.entry {
+            format::attempt(out, 1, self.attempts, id, model, v);
+        } else if self.attempts > 1 {
+            format::attempt(out, ENTRY_BLOCK, self.attempts, id, model, v);
+        }
+    }
+
+    /// How an attempt that ended without failing closes: `response.md` names its finish
+    /// and usage; an entry ends as a committed one does, with its usage (or, after a
+    /// finish litany does not seal, the finish as a note).
+    fn attempt_end(&self, out: &mut Vec<u8>, attempt: &Attempt) {
+        let reason = attempt.finish.as_deref();
+        if !self.entry {
+            format::finish(out, BLOCK, reason, &attempt.usage);
+        } else if reason.is_some_and(|r| SEALING_FINISHES.contains(&r)) {
+            format::usage(out, ENTRY_BLOCK, &attempt.usage);
+        } else if reason != Some(PAUSE) {
+            format::finish(out, ENTRY_BLOCK, reason, &attempt.usage);
+        }
     }
 
     fn event(&mut self, event: Event, out: &mut Vec<u8>) {
@@ -316,10 +390,10 @@ impl Fold {
                     && !open.failed
                 {
                     self.end_block(out);
-                    format::half_stream(out, BLOCK, self.attempts);
+                    format::half_stream(out, self.depth(), self.attempts);
                 }
                 self.attempts += 1;
-                format::attempt(out, self.attempts, id.as_deref(), model.as_deref(), v);
+                self.attempt_header(out, id.as_deref(), model.as_deref(), v);
                 self.open = Some(Attempt::default());
             }
             Event::ContentStart { kind, .. } => {
@@ -369,14 +443,10 @@ impl Fold {
             } => {
                 self.attempt(out);
                 self.end_block(out);
-                format::error(
-                    out,
-                    BLOCK,
-                    &error_kind(&kind),
-                    &message,
-                    retry_after_seconds,
-                );
+                let kind = error_kind(&kind);
+                format::error(out, self.depth(), &kind, &message, retry_after_seconds);
                 self.attempt(out).failed = true;
+                self.last = Some(Outcome::Failed(format!("{kind}: {message}")));
             }
             Event::End => {
                 self.attempt(out);
@@ -384,7 +454,8 @@ impl Fold {
                 if let Some(attempt) = self.open.take()
                     && !attempt.failed
                 {
-                    format::finish(out, BLOCK, attempt.finish.as_deref(), &attempt.usage);
+                    self.attempt_end(out, &attempt);
+                    self.last = Some(Outcome::Finished(attempt.finish));
                 }
             }
             Event::Other => {}
@@ -393,6 +464,7 @@ impl Fold {
 
     /// Opens a block for a `content_start` kind, writing its header.
     fn start_block(&self, kind: &Value, out: &mut Vec<u8>) -> Block {
+        let depth = self.depth();
         let tag = tag_of(kind).unwrap_or_default();
         let body = &kind[tag];
         match tag {
@@ -402,30 +474,30 @@ impl Fold {
                 } else {
                     Prose::Thinking
                 };
-                format::prose(out, BLOCK, kind, false);
+                format::prose(out, depth, kind, false);
                 Block::Prose { kind, shown: true }
             }
             "tool_use" | "server_tool_use" => {
                 let name = str_at(body, "name");
-                format::call(out, BLOCK, tag, name, str_at(body, "id"));
+                format::call(out, depth, tag, name, str_at(body, "id"));
                 Block::Call {
                     name: name.to_string(),
                     json: Vec::new(),
                 }
             }
             "image" => {
-                format::named(out, BLOCK, &format!("image {}", str_at(body, "media_type")));
+                format::named(out, depth, &format!("image {}", str_at(body, "media_type")));
                 Block::Image { base64: 0 }
             }
             "redacted_thinking" => {
                 let bytes = str_at(body, "data").len();
-                format::named(out, BLOCK, &format!("redacted_thinking ({bytes} bytes)"));
+                format::named(out, depth, &format!("redacted_thinking ({bytes} bytes)"));
                 Block::Opaque
             }
             t if t.ends_with("_tool_result") && t != "tool_result" => {
                 format::named(
                     out,
-                    BLOCK,
+                    depth,
                     &format!("{t} ({})", format::inline(str_at(body, "tool_use_id"))),
                 );
                 format::fenced(out, "json", &format::pretty(&body["content"]));
@@ -437,7 +509,7 @@ impl Fold {
                 } else {
                     tag.to_string()
                 };
-                format::named(out, BLOCK, &format!("content {label}"));
+                format::named(out, depth, &format!("content {label}"));
                 Block::Opaque
             }
         }
@@ -446,13 +518,14 @@ impl Fold {
     /// A delta's text (UTF-8) for the open block.
     fn delta(&mut self, tag: DeltaTag, text: &[u8], out: &mut Vec<u8>) {
         let line = self.line;
+        let depth = self.depth();
         let attempt = self.attempt(out);
         match (&mut attempt.block, tag) {
             (Some(Block::Prose { kind, shown }), DeltaTag::Text | DeltaTag::Thinking)
                 if (*kind == Prose::Text) == (tag == DeltaTag::Text) =>
             {
                 if !*shown {
-                    format::prose(out, BLOCK, *kind, true);
+                    format::prose(out, depth, *kind, true);
                     *shown = true;
                 }
                 out.extend_from_slice(text);
@@ -462,7 +535,7 @@ impl Fold {
             (Some(Block::Opaque), _) | (_, DeltaTag::Opaque | DeltaTag::Image) => {}
             (_, DeltaTag::Text | DeltaTag::Json | DeltaTag::Thinking) => {
                 self.interrupt(out);
-                format::ignored(out, BLOCK, line, tag.label());
+                format::ignored(out, depth, line, tag.label());
             }
         }
     }
@@ -483,6 +556,7 @@ impl Fold {
 
     /// Ends the open block, if any: a prose block's text is closed, a tool call shown.
     fn end_block(&mut self, out: &mut Vec<u8>) {
+        let depth = self.depth();
         let Some(block) = self.open.as_mut().and_then(|a| a.block.take()) else {
             return;
         };
@@ -503,7 +577,7 @@ impl Fold {
                     Err(e) => {
                         format::bad_input(
                             out,
-                            BLOCK,
+                            depth,
                             &e.to_string(),
                             &String::from_utf8_lossy(&json),
                         );

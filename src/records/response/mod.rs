@@ -40,7 +40,7 @@ mod fold;
 mod tally;
 
 use fast::{Run, text_run};
-pub(super) use fold::Fold;
+pub(super) use fold::{Fold, Outcome};
 pub use tally::{Attempt, Tally, Tokens};
 
 #[cfg(test)]
@@ -77,7 +77,7 @@ fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
 }
 
 /// Reads exactly `len` bytes at `offset`, fewer if the file ends first.
-fn read_exact_at(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+pub(super) fn read_exact_at(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
     let mut buf = vec![0; len];
     let mut got = 0;
     while got < len {
@@ -359,13 +359,16 @@ pub(super) struct Rendering {
     cursor: Option<Cursor>,
     /// The closing rendering, for the size it was computed at.
     epilogue: Option<(u64, Vec<u8>)>,
+    /// The fold a fresh rendering starts from: `response.md`'s or an entry's.
+    start: Fold,
 }
 
 impl Rendering {
     /// An empty rendering with a checkpoint every `interval` rendered bytes, held whole
     /// while it is at most `keep` bytes long, rendering ahead on other threads parts of at
-    /// least `ahead_part` bytes.
-    pub(super) fn new(interval: u64, keep: u64, ahead_part: u64) -> Self {
+    /// least `ahead_part` bytes, folding from `start` ([`Fold::default`] for `response.md`,
+    /// [`Fold::entry`] for a transcript's streaming entry).
+    pub(super) fn new(interval: u64, keep: u64, ahead_part: u64, start: Fold) -> Self {
         Rendering {
             interval: interval.max(1),
             keep,
@@ -374,17 +377,23 @@ impl Rendering {
             raw_end: 0,
             head: Vec::new(),
             probe: Vec::new(),
-            fold: Fold::default(),
+            fold: start.clone(),
             checkpoints: vec![Checkpoint {
                 raw: 0,
                 rendered: 0,
-                fold: Fold::default(),
+                fold: start.clone(),
             }],
             held: Vec::new(),
             held_from: 0,
             cursor: None,
             epilogue: None,
+            start,
         }
+    }
+
+    /// The fold after the last complete line rendered.
+    pub(super) fn fold(&self) -> &Fold {
+        &self.fold
     }
 
     /// Rendered bytes of the complete lines.
@@ -419,7 +428,12 @@ impl Rendering {
     pub(super) fn sync(&mut self, file: &File, key: CaptureKey, closed: bool) -> io::Result<()> {
         if self.key != Some(key) {
             if !self.continues(file, key)? {
-                *self = Rendering::new(self.interval, self.keep, self.ahead_part);
+                *self = Rendering::new(
+                    self.interval,
+                    self.keep,
+                    self.ahead_part,
+                    self.start.clone(),
+                );
             }
             self.render_to(file, key.size)?;
             self.key = Some(key);

@@ -33,7 +33,9 @@ mod steps;
 pub use budget::{Budget, WorkflowFrom};
 pub use inbox::{Inbox, Pending, deposited_at};
 pub use spend::{Account, Ledger, Spend};
-pub use steps::{Finish, Meta, Output, Step, StepList, StepName, StepState, Tool};
+pub use steps::{
+    Finish, META_READ_BYTES, Meta, MetaRecord, Output, Step, StepList, StepName, StepState, Tool,
+};
 
 /// The workspace at one moment.
 #[derive(Debug, Clone, Default)]

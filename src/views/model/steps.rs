@@ -326,24 +326,55 @@ fn read_small(backing: &Backing, rel: &Path, limit: u64) -> Result<Vec<u8>, Stri
 }
 
 pub(super) fn read_meta(backing: &Backing, rel: &Path) -> Meta {
-    let bytes = match read_small(backing, rel, 1 << 20) {
+    let bytes = match read_small(backing, rel, META_READ_BYTES) {
         Ok(b) => b,
         Err(e) => return Meta::Bad(e),
     };
-    match serde_json::from_slice::<Value>(&bytes) {
-        Ok(v) if v.is_object() => {
-            let t = |k: &str| v.get(k).and_then(Value::as_str).and_then(parse_utc);
-            Meta::Done {
-                started: t("started_at"),
-                ended: t("ended_at"),
-                provider: v
-                    .get("provider")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
+    match MetaRecord::parse(&bytes) {
+        Ok(m) => Meta::Done {
+            started: m.started,
+            ended: m.ended,
+            provider: m.provider,
+        },
+        Err(e) => Meta::Bad(e),
+    }
+}
+
+/// How much of a `meta.json` is read.
+pub const META_READ_BYTES: u64 = 1 << 20;
+
+/// The fields of a step's `meta.json` (CONTRACT §4.1) the views read: the one parser of
+/// that record.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MetaRecord {
+    /// `started_at` and `ended_at`, in seconds since the epoch.
+    pub started: Option<i64>,
+    pub ended: Option<i64>,
+    /// The provider row the call went through (`provider`; older records lack it).
+    pub provider: Option<String>,
+    /// `commit`: the branch tip the step started from (its entry's commit is a child).
+    pub commit: Option<String>,
+    /// `workflow_commit`: the config commit whose `workflow.yaml` governed the step.
+    pub workflow_commit: Option<String>,
+}
+
+impl MetaRecord {
+    /// A `meta.json`'s fields, or why it is no such record.
+    pub fn parse(bytes: &[u8]) -> Result<MetaRecord, String> {
+        match serde_json::from_slice::<Value>(bytes) {
+            Ok(v) if v.is_object() => {
+                let s = |k: &str| v.get(k).and_then(Value::as_str);
+                Ok(MetaRecord {
+                    started: s("started_at").and_then(parse_utc),
+                    ended: s("ended_at").and_then(parse_utc),
+                    provider: s("provider").map(str::to_string),
+                    commit: s("commit").map(str::to_string),
+                    workflow_commit: s("workflow_commit").map(str::to_string),
+                })
             }
+            Ok(_) => Err("not a JSON object".into()),
+            Err(e) => Err(format!("does not parse: {e}")),
         }
-        Ok(_) => Meta::Bad("not a JSON object".into()),
-        Err(e) => Meta::Bad(format!("does not parse: {e}")),
     }
 }
 
