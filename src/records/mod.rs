@@ -100,7 +100,7 @@
 //! usage: they render with no usage line. Its cut markers carry no address, so its tool
 //! results show none.
 
-mod format;
+pub(crate) mod format;
 pub mod live;
 mod response;
 mod transcript;

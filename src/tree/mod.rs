@@ -915,3 +915,5 @@ fn is_single_name(name: &OsStr) -> bool {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_live;

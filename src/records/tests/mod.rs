@@ -4,6 +4,7 @@
 
 mod cache;
 mod fold;
+mod live;
 mod transcripts;
 
 use super::response::Fold;

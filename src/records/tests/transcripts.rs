@@ -7,14 +7,14 @@ use crate::workspace::refs::{Flavour, Refs, agent_ref};
 const ID: &str = "a1";
 
 /// An agent whose branch gains one `transcript NNN:` commit per entry.
-struct Branch {
-    _dir: tempfile::TempDir,
-    f: Fixture,
-    files: Vec<(String, Vec<u8>)>,
+pub(super) struct Branch {
+    pub(super) _dir: tempfile::TempDir,
+    pub(super) f: Fixture,
+    pub(super) files: Vec<(String, Vec<u8>)>,
 }
 
 impl Branch {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let f = Fixture::create(&dir.path().join("ws"), Flavour::Litany).unwrap();
         f.agent(ID, Some("Alpha"), &[]).unwrap();
@@ -25,7 +25,7 @@ impl Branch {
         }
     }
 
-    fn tree(&self) -> git2::Oid {
+    pub(super) fn tree(&self) -> git2::Oid {
         let files: Vec<(&str, &[u8])> = self
             .files
             .iter()
@@ -34,7 +34,7 @@ impl Branch {
         self.f.tree(&files).unwrap()
     }
 
-    fn add(&mut self, name: &str, bytes: &[u8]) -> git2::Oid {
+    pub(super) fn add(&mut self, name: &str, bytes: &[u8]) -> git2::Oid {
         self.files
             .push((format!("messages/{name}"), bytes.to_vec()));
         let (number, rest) = name.split_once('-').unwrap();
@@ -50,15 +50,16 @@ impl Branch {
             .unwrap()
     }
 
-    fn refs(&self) -> Refs {
+    pub(super) fn refs(&self) -> Refs {
         Refs::open(&self.f.root().join("repo.git")).unwrap()
     }
 }
 
-const USER: &[u8] = b"---\nfrom: user\ndeposited_at: 2026-12-02T18:08:10Z\n---\nhello alpha";
-const MODEL: &[u8] =
+pub(super) const USER: &[u8] =
+    b"---\nfrom: user\ndeposited_at: 2026-12-02T18:08:10Z\n---\nhello alpha";
+pub(super) const MODEL: &[u8] =
     br#"{"content":[{"type":"text","text":"done"}],"usage":{"input_tokens":20,"output_tokens":1}}"#;
-const TOOL: &[u8] = br#"[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"Exit code: 0\n"}],"is_error":false}]"#;
+pub(super) const TOOL: &[u8] = br#"[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"Exit code: 0\n"}],"is_error":false}]"#;
 
 /// When the fixture's transcript commits are made, and how a header shows it.
 const COMMITTED: i64 = 1_796_204_571;
@@ -166,6 +167,74 @@ fn a_growing_branch_extends_its_rendering_and_a_rewrite_renders_afresh() {
     assert!(!third.contains("## 001"), "{third}");
     assert!(third.contains("## 003 tool · 2"), "{third}");
     assert_eq!(records.entries(), 2);
+}
+
+/// A compaction's hole is shown where it was, with the summaries at the tip under the
+/// last hole (an extract, `NNN.refs.md`, is no summary); a compaction that left no hole
+/// (the next entry reused the first free number) shows its summaries after the first
+/// entry.
+#[test]
+fn compacted_entries_are_a_section_with_the_summaries_at_the_tip() {
+    let mut b = Branch::new();
+    b.files
+        .push(("summary/001.md".into(), b"first pass summary".to_vec()));
+    b.files
+        .push(("summary/002.md".into(), b"second pass summary".to_vec()));
+    b.files
+        .push(("summary/002.refs.md".into(), b"an extract".to_vec()));
+    b.add("001-user.md", USER);
+    b.add("003-claude-sonnet-5.json", MODEL);
+    let tip = b.add("007-tool.json", TOOL);
+    let refs = b.refs();
+    let got = String::from_utf8(
+        Records::new(1 << 20)
+            .transcript(&refs, tip)
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
+    let headers: Vec<&str> = got.lines().filter(|l| l.starts_with('#')).collect();
+    assert_eq!(
+        headers
+            .iter()
+            .map(|h| h.split(" · ").next().unwrap())
+            .collect::<Vec<_>>(),
+        [
+            "## 001 user",
+            "## compacted 002",
+            "## 003 claude-sonnet-5",
+            "### text",
+            "### usage input_tokens=20 output_tokens=1",
+            "## compacted 004 to 006",
+            "### summary/001.md",
+            "### summary/002.md",
+            "## 007 tool",
+            "### tool_result t1",
+        ],
+        "{got}"
+    );
+    assert!(got.contains(
+        "## compacted 004 to 006\n\n### summary/001.md\n\nfirst pass summary\n\n\
+         ### summary/002.md\n\nsecond pass summary\n\n## 007 tool"
+    ));
+    assert!(!got.contains("an extract"));
+
+    let mut b = Branch::new();
+    b.files
+        .push(("summary/001.md".into(), b"all of it".to_vec()));
+    b.add("001-user.md", USER);
+    let tip = b.add("002-claude-sonnet-5.json", MODEL);
+    let got = String::from_utf8(
+        Records::new(1 << 20)
+            .transcript(&b.refs(), tip)
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(
+        got.contains("hello alpha\n\n## compacted\n\n### summary/001.md\n\nall of it\n\n## 002 "),
+        "{got}"
+    );
 }
 
 #[test]
