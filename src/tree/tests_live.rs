@@ -26,8 +26,9 @@ fn setup() -> (tempfile::TempDir, Fixture, Tree, git2::Oid) {
     (t, f, tree, tip)
 }
 
-/// Holds `inbox/<id>` as litany's executor does (a `FLOCK` on the directory) while alive.
-struct Executor(std::fs::File);
+/// Holds `inbox/<id>` as litany's executor does (a `FLOCK` on the directory) while alive
+/// (the descriptor is kept for its lock).
+struct Executor(#[allow(dead_code)] std::fs::File);
 
 impl Executor {
     fn hold(f: &Fixture, id: &str) -> Self {
