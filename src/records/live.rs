@@ -20,6 +20,10 @@
 //! grows by what is new and `tail -f` prints each addition once. A step that fails keeps
 //! its streamed blocks (`cut, never committed`) and gains the wound after them.
 //!
+//! The same holds in the instant between litany writing an entry into the worktree and
+//! committing it (a delivery renames the deposit there, a tool's result is written
+//! there): the written entry is shown, with the state it had.
+//!
 //! Everything else is rendered afresh: a deposit arriving while a step runs (it is shown
 //! as a plain `waiting` section before the step, since its number is not known yet), a
 //! retried attempt (its notes are in the stream, not in the entry), a held call released,
@@ -32,9 +36,14 @@ use std::sync::Arc;
 use super::format;
 use super::transcript::{Transcript, frontmatter_fields, message, split_frontmatter};
 use crate::paging::CaptureKey;
+use crate::workspace::inbox::MESSAGE_EXT;
 
 /// How many lines of a failed step's log the wound shows.
 pub const WOUND_LOG_LINES: usize = 12;
+
+/// The state of a result litany wrote without running a tool (a refusal, a decline),
+/// until its commit.
+const WRITTEN: &str = "being committed";
 
 /// The frontmatter field that makes a deposit a child's result, which the drain may land
 /// without an entry (CONTRACT §3.3, §3.6).
@@ -43,6 +52,10 @@ const RESULT_FIELD: &str = "terminal_ref";
 /// What the tree found of where an agent stands.
 #[derive(Debug, Default)]
 pub struct Facts {
+    /// Entries litany has written into the agent's worktree and not committed yet (the
+    /// moment between a delivery's or a tool result's write and its commit), by number:
+    /// (file name, bytes, when the tool it answers started, for a tool's result).
+    pub written: Vec<(String, Vec<u8>, Option<i64>)>,
     /// Deposits pending in the inbox, in the order the drain takes them: (name, bytes).
     pub waiting: Vec<(String, Vec<u8>)>,
     /// The newest step's model entry, while it is not committed.
@@ -170,9 +183,32 @@ pub(super) struct Sections {
 pub(super) fn sections(committed: &Transcript, facts: &Facts, wound_kind: &str) -> Sections {
     let mut before = Vec::new();
     let mut after = Vec::new();
+    // Written, not committed: each as it will read, its state for its time (a delivery
+    // was waiting, a result was running), so that the commit only fills the time in.
+    let states: Vec<String> = facts
+        .written
+        .iter()
+        .map(|(name, _, since)| match since {
+            Some(since) => format::live_state(&format::running_since(*since)),
+            None if name.rsplit_once('.').map(|(_, e)| e) == Some(MESSAGE_EXT) => {
+                format::live_state(format::WAITING)
+            }
+            None if name.contains(&format!("-{}.", super::transcript::TOOL_ORIGIN)) => {
+                format::live_state(WRITTEN)
+            }
+            None => format::live_state(format::STREAMING),
+        })
+        .collect();
+    let written: Vec<(&str, &[u8], &str)> = facts
+        .written
+        .iter()
+        .zip(&states)
+        .map(|((n, b, _), s)| (n.as_str(), b.as_slice(), s.as_str()))
+        .collect();
+    let max = committed.render_after(&written, &mut before);
     let ahead = facts.model.is_some() || facts.running.is_some() || facts.held.is_some();
     let results = facts.waiting.iter().any(|(_, b)| is_result(b));
-    let mut next = committed.max_seq.saturating_add(1);
+    let mut next = max.saturating_add(1);
     for (name, bytes) in &facts.waiting {
         if ahead || results {
             plain_waiting(name, bytes, &mut before);

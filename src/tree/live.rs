@@ -35,12 +35,13 @@ use crate::views::model::{Held, META_READ_BYTES, MetaRecord, held_flocks};
 use crate::views::status::HELD_KIND;
 use crate::workspace::backing::Stat;
 use crate::workspace::inbox::pending_sender;
+use crate::workspace::refs::MESSAGES_DIR;
 use crate::workspace::refs::{GitEntry, Snapshot};
 use crate::workspace::steps::{
     DRIVER_LOG, INPUT_FILE, META_FILE, OUTPUT_FILE, REQUEST_FILE, RESPONSE_FILE, STAGING_FILE,
     STDERR_FILE, TOOLS_DIR,
 };
-use crate::workspace::{INBOX_DIR, STEPS_DIR};
+use crate::workspace::{AGENTS_DIR, INBOX_DIR, STEPS_DIR};
 
 /// How much of the end of a log is read for its last lines.
 const LOG_TAIL_BYTES: u64 = 16 << 10;
@@ -159,7 +160,50 @@ impl Tree {
         } else if !uncommitted && live && facts.held.is_none() {
             facts.running = self.running_tool(&dir.join(TOOLS_DIR));
         }
+        if live && facts.model.is_none() && facts.running.is_none() && facts.held.is_none() {
+            facts.written = self.written(agent, tip, &dir.join(TOOLS_DIR));
+        }
         Ok((facts, newest))
+    }
+
+    /// The entries litany has written into `agent`'s worktree and not committed at
+    /// `tip`: a delivery renamed there, a tool's result written there, each committed an
+    /// instant later. Looked for only while an executor is between a model call and a
+    /// tool (the only moments these exist), since it lists the whole transcript.
+    fn written(&self, agent: &str, tip: Oid, tools: &Path) -> Vec<(String, Vec<u8>, Option<i64>)> {
+        let Ok(committed) = self.records.transcript_rendering(&self.refs, tip) else {
+            return Vec::new();
+        };
+        let max = committed.max_seq();
+        let messages = Path::new(AGENTS_DIR).join(agent).join(MESSAGES_DIR);
+        let mut found: Vec<(u32, String)> = self
+            .backing
+            .list(&messages)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(_, st)| st.is_file())
+            .filter_map(|(name, _)| {
+                let name = name.into_string().ok()?;
+                let n: u32 = name.split('-').next()?.parse().ok()?;
+                (n > max).then_some((n, name))
+            })
+            .collect();
+        found.sort();
+        found
+            .into_iter()
+            .filter_map(|(_, name)| {
+                let (mut f, _) = self.backing.open_file(&messages.join(&name)).ok()?;
+                let mut bytes = Vec::new();
+                f.read_to_end(&mut bytes).ok()?;
+                // A result: when the tool it answers started, from its record.
+                let since = serde_json::from_slice::<serde_json::Value>(&bytes)
+                    .ok()
+                    .and_then(|v| v.get(0)?.get("tool_use_id")?.as_str().map(str::to_string))
+                    .and_then(|id| self.backing.lstat(&tools.join(id).join(INPUT_FILE)).ok())
+                    .map(|st| st.mtime.0);
+                Some((name, bytes, since))
+            })
+            .collect()
     }
 
     /// The deposits of `inbox` the drain accepts, in its order, with their bytes.
