@@ -822,6 +822,35 @@ def bench_records(tmp):
             os.close(fd)
     (md, md99), (js, js99) = lat["response.md"], lat["response.json"]
     row("one appended delta seen by a reader at the end of response.md, us (median)", round(md), round(js), round(md / js, 2), None, " us", f"p99 {round(md99)} us vs {round(js99)} us; anchor: the same reader of response.json (issue target: rendering under 1 ms)")
+    # The same delta at the end of the agent's transcript.md, where the step streams as
+    # the entry it becomes (issue 33). An executor holds the agent, as while litany runs
+    # the step: the lock on its inbox directory (CONTRACT 3.7), taken here.
+    lock = os.open(ws / "inbox" / aid, os.O_RDONLY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        t_live = Path("steps") / aid / "transcript.md"
+        first_live, live_size = timed(read_all, mnt / t_live)
+        fd = os.open(mnt / t_live, os.O_RDONLY)
+        try:
+            while os.read(fd, 1 << 20):
+                pass
+            costs = []
+            with open(step / "response.json", "a") as app:
+                for i in range(n):
+                    app.write(delta_line(i))
+                    app.flush()
+                    t = time.perf_counter()
+                    until_grows(fd, 1)
+                    costs.append(time.perf_counter() - t)
+                    while os.read(fd, 1 << 16):
+                        pass
+            costs.sort()
+            tr, tr99 = statistics.median(costs) * 1e6, costs[len(costs) * 99 // 100] * 1e6
+        finally:
+            os.close(fd)
+    finally:
+        os.close(lock)
+    row("one appended delta to a streaming step seen at the end of transcript.md, us (median)", round(tr), round(md), round(tr / md, 2), lambda r: tr < 1000, " us", f"p99 {round(tr99)} us; anchor: the same reader of response.md; cat of that transcript.md, first ({round(live_size / 1e6, 1)} MB: its step's {mb} MB of deltas rendered as the entry it becomes) {round(first_live, 3)} s (issue target: under 1 ms after the append is seen)")
     t_rel = Path("steps") / tid / "transcript.md"
     cold, tsize = timed(read_all, mnt / t_rel)
     again = min(timed(read_all, mnt / t_rel)[0] for _ in range(3))

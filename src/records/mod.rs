@@ -70,7 +70,11 @@
 //! branch tip, in number order, timed by the author time of its `transcript NNN:`
 //! commit; a model entry's blocks are shown as in `response.md`, one level down, then its
 //! usage; a tool result verbatim, as the model saw it (cut markers and their
-//! `read_tool_output` addresses included):
+//! `read_tool_output` addresses included), its header naming the call it answers; a run
+//! of compacted numbers as `## compacted <first> to <last>` with the summaries at the tip
+//! (`transcript.rs`); then where the conversation stands now ([`live`]: mail waiting, the
+//! step streaming, a tool running, a held call, a wound), each live entry rendered as the
+//! entry it becomes with its state in the time's place:
 //!
 //! ````text
 //! ## 001 user · 2026-12-02T09:42:26Z · from: user · deposited_at: 2026-12-02T09:42:26Z
@@ -87,12 +91,18 @@
 //!
 //! ### usage input_tokens=10 output_tokens=2
 //!
-//! ## 003 tool · 2026-12-02T09:42:27Z
+//! ## 003 tool · 2026-12-02T09:42:27Z · bash (toolu_1)
 //!
 //! ### tool_result toolu_1
 //!
 //! Exit code: 0
 //! …
+//!
+//! ## 004 claude-sonnet-5 · streaming, in flight
+//!
+//! ### text
+//!
+//! The listing sh
 //! ````
 //!
 //! **lernie.** lernie's events have the same v=1 shape, so its `response.json` renders the
