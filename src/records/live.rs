@@ -102,6 +102,9 @@ pub struct WoundFacts {
     pub step: String,
     /// Why, when the step records say more than the stream does (no `response.json`).
     pub why: Option<String>,
+    /// The step's `meta.json` is written (its call ended) but the tip read is still the
+    /// one it started from: a tip read before the commit, or a commit that never came.
+    pub unsure: bool,
     /// The mark a stop's terminal path set at the branch tip, if one is there: litany's
     /// stock workflow binds `branch_stopped`, which only `litany stop`'s epitaph fires,
     /// to `mark_abandoned` and `notify_ui`.

@@ -153,6 +153,7 @@ impl Tree {
                 .map(|kind| kind.to_string());
             facts.wound = Some(WoundFacts {
                 log: self.wound_log(agent, &dir),
+                unsure: has_meta,
                 step,
                 why,
                 stopped_mark,

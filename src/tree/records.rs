@@ -221,13 +221,25 @@ impl Tree {
     /// `transcript.md` as `agent` stands now ([`crate::records::live`]), and its times:
     /// the newest of the tip's commit time and the live records'.
     fn transcript(&self, node: &Node, agent: &str) -> Result<(Arc<View>, Attr), TreeError> {
-        let snap = self.snapshot()?;
-        let tip = *snap
+        let mut snap = self.snapshot()?;
+        let mut tip = *snap
             .agents
             .get(agent)
             .ok_or_else(|| TreeError::not_found(node.path()))?;
         let git = |e| TreeError::git(node.path(), e);
-        let (facts, newest) = self.live_facts(agent, tip, &snap)?;
+        let (mut facts, mut newest) = self.live_facts(agent, tip, &snap)?;
+        if facts.wound.as_ref().is_some_and(|w| w.unsure) {
+            // The records say the step's entry was committed after the tip this snapshot
+            // holds, and its executor is gone: a snapshot older than the commit, most
+            // likely. Read the refs again before calling it a wound.
+            self.refs.invalidate();
+            snap = self.snapshot()?;
+            tip = *snap
+                .agents
+                .get(agent)
+                .ok_or_else(|| TreeError::not_found(node.path()))?;
+            (facts, newest) = self.live_facts(agent, tip, &snap)?;
+        }
         let view = self
             .records
             .transcript_view(&self.refs, tip, facts)

@@ -118,6 +118,7 @@ fn a_failed_step_keeps_its_stream_and_gains_the_wound() {
         step: "002".into(),
         why: None,
         stopped_mark: None,
+        unsure: false,
         log: Some(("steps/a1/002/stderr.log".into(), "boom\n".into())),
     };
     let cut = Facts {
@@ -158,6 +159,7 @@ fn a_failed_step_keeps_its_stream_and_gains_the_wound() {
                 step: "002".into(),
                 why: None,
                 stopped_mark: None,
+                unsure: false,
                 log: None,
             }),
             ..Facts::default()
@@ -179,6 +181,7 @@ fn a_failed_step_keeps_its_stream_and_gains_the_wound() {
             step: "002".into(),
             why: None,
             stopped_mark: Some("abandoned".into()),
+            unsure: false,
             log: None,
         }),
         ..Facts::default()
