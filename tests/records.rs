@@ -367,6 +367,83 @@ fn check_transcripts(r: &RealWorkspace) -> usize {
     addresses
 }
 
+/// For every step litany completed in one attempt, `transcript.md` at the step's start
+/// with the step streaming (its whole `response.json`) is exactly the transcript at the
+/// commit of its model entry but for the state the entry's time replaces: the commit only
+/// overwrote the state, in place. The fake's whole adapter stream, real commits.
+fn check_streamed_entries(r: &RealWorkspace) -> usize {
+    use litanyfs::records::live::{Facts, ModelFacts};
+    const STREAMING: &str = "streaming, in flight";
+    let refs = Refs::open(&r.ws.join("repo.git")).unwrap();
+    let records = Records::new(64 << 20);
+    let mut checked = 0;
+    for (agent, tip) in agents(&refs) {
+        for step in completed_steps(&r.ws, &agent) {
+            let raw = std::fs::read(step.join("response.json")).unwrap();
+            if raw
+                .split(|b| *b == b'\n')
+                .any(|l| l.starts_with(br#"{"type":"error""#))
+            {
+                continue; // a retry: its failed attempt is in the stream, not the entry
+            }
+            let meta: Value =
+                serde_json::from_slice(&std::fs::read(step.join("meta.json")).unwrap()).unwrap();
+            let start = git2::Oid::from_str(meta["commit"].as_str().unwrap()).unwrap();
+            let (name, _) = committed_entry(&refs, tip, &step);
+            let (log, _) = refs.first_parent_log(tip, &mut |id| id == start).unwrap();
+            let number = name.split('-').next().unwrap();
+            let commit = log
+                .iter()
+                .find(|c| c.summary.starts_with(&format!("transcript {number}: ")))
+                .unwrap()
+                .id;
+            let file = File::open(step.join("response.json")).unwrap();
+            let key = CaptureKey::of(&file).unwrap();
+            let origin = name.split_once('-').unwrap().1.trim_end_matches(".json");
+            let facts = Facts {
+                model: Some(ModelFacts {
+                    step: step.file_name().unwrap().to_string_lossy().into_owned(),
+                    origin: origin.to_string(),
+                    response: Some((file, key)),
+                    live: true,
+                    closed: true,
+                }),
+                ..Facts::default()
+            };
+            let view = records.transcript_view(&refs, start, facts).unwrap();
+            let mut live = Vec::new();
+            records.view_read(&view, 0, view.len(), &mut live).unwrap();
+            let live = String::from_utf8(live).unwrap();
+            let committed = records.transcript(&refs, commit).unwrap();
+            let committed = std::str::from_utf8(&committed).unwrap();
+            let at = live
+                .rfind(STREAMING)
+                .unwrap_or_else(|| panic!("{}: {live}", step.display()));
+            let mut expect = live.clone();
+            expect.replace_range(
+                at..at + STREAMING.len(),
+                &committed[at..at + STREAMING.len()],
+            );
+            assert_eq!(
+                expect,
+                committed,
+                "{agent} {}: the stream is the entry",
+                step.display()
+            );
+            checked += 1;
+        }
+    }
+    checked
+}
+
+#[test]
+fn every_step_streamed_is_the_entry_its_commit_adds() {
+    let Some(r) = plain() else { return };
+    assert!(check_streamed_entries(r) >= 8);
+    let Some(r) = rich() else { return };
+    assert!(check_streamed_entries(r) > 0);
+}
+
 #[test]
 fn every_transcript_shows_its_entries_and_every_address_exists() {
     let Some(r) = plain() else { return };
