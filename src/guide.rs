@@ -99,9 +99,11 @@ pub fn entries() -> Vec<Entry> {
         ),
         entry(
             format!("`{STEPS_DIR}/<id>/{TRANSCRIPT_MD}`"),
-            "git",
-            "the agent's whole conversation at its branch tip, entry by entry, each with \
-             its time, for `less`"
+            "git, records",
+            "the agent's whole conversation: the entries at its branch tip, each with its \
+             time, compactions with their summaries, then where it stands (the step \
+             streaming, a tool running, a held call, a wound, mail waiting); `tail -f` \
+             follows it"
                 .into(),
             Some("doc/VIEWS.md#transcriptmd"),
         ),

@@ -97,7 +97,7 @@ pub(crate) struct Transcript {
     omitted: usize,
     /// Where each piece shown (an entry, or a compaction section) starts in `bytes`, and
     /// whether it is an entry: what a bound leaves out first.
-    pieces: Vec<(usize, bool)>,
+    pieces: Pieces,
 }
 
 /// What rendering one entry depends on from the entries before it.
@@ -253,12 +253,15 @@ fn afresh(
     })
 }
 
+/// Where each piece of a rendering starts, and whether it is an entry.
+type Pieces = Vec<(usize, bool)>;
+
 /// The pieces a rendering shows, oldest first, the oldest dropped while they pass
 /// [`MAX_TRANSCRIPT_BYTES`]: a rendering's own (shared, by offset) and then new ones.
 #[derive(Default)]
 struct Shown {
-    /// The rendering extended, its pieces from the first still shown, and their end.
-    base: Option<(Arc<Vec<u8>>, Vec<(usize, bool)>)>,
+    /// The rendering extended, and its pieces from the first still shown.
+    base: Option<(Arc<Vec<u8>>, Pieces)>,
     added: std::collections::VecDeque<(bool, Vec<u8>)>,
     len: usize,
     omitted: usize,
@@ -305,7 +308,7 @@ impl Shown {
 
     /// The bytes (the line saying how many entries were left out, if any, then the
     /// pieces), where each piece starts, and how many were left out.
-    fn assemble(self) -> (Arc<Vec<u8>>, Vec<(usize, bool)>, usize) {
+    fn assemble(self) -> (Arc<Vec<u8>>, Pieces, usize) {
         let mut bytes = Vec::with_capacity(self.len + 256);
         if self.omitted > 0 {
             format::named(
