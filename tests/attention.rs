@@ -223,8 +223,10 @@ fn raised(m: &Mounted, id: &str, kind: &str) -> Value {
         .clone();
     let says = s["says"].as_str().unwrap();
     let path = s["path"].as_str().unwrap();
+    // The path opens (the tree reads the refs on its own schedule: a moment after the
+    // views may have seen a new mark).
     assert!(
-        std::fs::symlink_metadata(m.path(path)).is_ok(),
+        eventually(DEADLINE, || std::fs::symlink_metadata(m.path(path)).is_ok()),
         "{path} does not open under the mount"
     );
     let status = read(m, "status");

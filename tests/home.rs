@@ -416,6 +416,22 @@ fn workspaces_listed(root: &Path) -> usize {
         .count()
 }
 
+/// [`threads`] once two readings a moment apart agree: a thread just spawned carries its
+/// spawner's name until it names itself (a history thread shows as `litanyfs-follow`
+/// for that moment).
+fn steady_threads(pid: i32) -> Vec<String> {
+    let mut last = threads(pid);
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = threads(pid);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
 /// The daemon's threads by name, less the history thread, which comes and goes.
 fn threads(pid: i32) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -438,7 +454,7 @@ fn workspaces_nobody_opens_start_no_threads() {
     let pid = common::mount::daemon_pid(&m.mnt).expect("the daemon");
     assert_eq!(workspaces_listed(&m.mnt), 3);
     std::fs::read(m.path("status")).unwrap();
-    let before = threads(pid);
+    let before = steady_threads(pid);
     let mut made = Vec::new();
     for _ in 0..12 {
         made.push(home.new_workspace());
@@ -455,7 +471,7 @@ fn workspaces_nobody_opens_start_no_threads() {
         "{status}"
     );
     // ... and the daemon runs the threads it ran with three.
-    assert_eq!(threads(pid), before, "{}", m.log_text());
+    assert_eq!(steady_threads(pid), before, "{}", m.log_text());
     // Opening one starts its own (the counting sees threads come).
     listing(&m.path(&format!("{}/agents", name_of(&made[0]))));
     std::fs::write(m.mnt.join(name_of(&made[0])).join("status"), "x").unwrap_err();
