@@ -172,8 +172,43 @@ fn foreground_tells_the_service_manager_ready_once_the_mount_answers_and_stoppin
 
 /// Where mount(8) looks for the helper of the type `fuse.litanyfs`.
 const HELPER: &str = "/sbin/mount.fuse.litanyfs";
-/// Serialises the tests that install [`HELPER`] (mount(8) prefers it to mount.fuse3).
+/// Serialises the tests that install [`HELPER`] (mount(8) prefers it to mount.fuse3)
+/// within this process; [`HELPER_LOCK_FILE`] does so across processes.
 static HELPER_LOCK: Mutex<()> = Mutex::new(());
+/// The `flock` that keeps two test runs on one machine (two checkouts, or CI beside a
+/// developer) from moving each other's [`HELPER`] aside and leaving one behind.
+const HELPER_LOCK_FILE: &str = "/run/lock/litanyfs-test-mount-helper.lock";
+
+/// Holds [`HELPER_LOCK_FILE`] locked until dropped (closing the file releases it).
+struct FileLock(#[allow(dead_code)] std::fs::File);
+
+impl FileLock {
+    fn take(path: &str) -> Self {
+        let dir = Path::new(path).parent().unwrap_or(Path::new("/"));
+        let at = if dir.is_dir() {
+            PathBuf::from(path)
+        } else {
+            std::env::temp_dir().join(Path::new(path).file_name().unwrap())
+        };
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&at)
+            .unwrap_or_else(|e| panic!("{}: {e}", at.display()));
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor this owns; it blocks until the other run is done.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+        assert_eq!(
+            rc,
+            0,
+            "flock {}: {}",
+            at.display(),
+            std::io::Error::last_os_error()
+        );
+        Self(file)
+    }
+}
 
 /// [`HELPER`] leading to the binary under test, for as long as it lives. Testing this
 /// build, it is a symlink made here, and whatever was there before is moved aside and put
@@ -182,6 +217,8 @@ struct Helper {
     /// Whether [`HELPER`] was made here (and so is removed when this is dropped).
     made: bool,
     saved: Option<PathBuf>,
+    // Released after `drop` has put HELPER back (fields drop after the Drop body).
+    _file_lock: FileLock,
     _lock: MutexGuard<'static, ()>,
 }
 
@@ -193,6 +230,7 @@ impl Helper {
             return None;
         }
         let lock = HELPER_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let file_lock = FileLock::take(HELPER_LOCK_FILE);
         if installed() {
             let link = std::fs::read_link(HELPER)
                 .unwrap_or_else(|e| panic!("the package's {HELPER}: {e}"));
@@ -206,6 +244,7 @@ impl Helper {
             return Some(Self {
                 made: false,
                 saved: None,
+                _file_lock: file_lock,
                 _lock: lock,
             });
         }
@@ -218,6 +257,7 @@ impl Helper {
         Some(Self {
             made: true,
             saved,
+            _file_lock: file_lock,
             _lock: lock,
         })
     }
