@@ -1046,6 +1046,16 @@ def bench_home(tmp):
         time.sleep(0.005)
     shown = time.perf_counter() - t
     row("home: a new workspace renamed into place to its listing, s", round(shown, 3), 1.0, round(shown, 2), lambda r: r <= 1.0, " s", "anchor: the issue's 1 s")
+    # Every workspace opened (a `find` of all of them), then left idle: the home closes
+    # all but the most recently used few, and their threads end.
+    if pid:
+        for ws in spaces:
+            for _ in os.walk(hmnt / ws.name / "steps"):
+                pass
+        opened = len(os.listdir(f"/proc/{pid}/task"))
+        time.sleep(8)
+        rested = len(os.listdir(f"/proc/{pid}/task"))
+        row(f"home: daemon threads, all {count} workspaces opened, then 8 s idle", rested, threads_before, round(rested / threads_before, 2), None, "", f"{opened} right after the walk of every workspace; {threads_before} at the mount")
     unmount(hmnt)
 
 

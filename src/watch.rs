@@ -145,6 +145,10 @@ impl ByWd {
 
 pub struct Watcher {
     inotify: Inotify,
+    /// An eventfd that [`Watcher::close`] signals, so that a reader blocked in
+    /// [`Watcher::read_changes`] returns (a workspace's tree being closed).
+    closer: std::os::fd::OwnedFd,
+    closed: AtomicBool,
     repo: PathBuf,
     wds: Mutex<ByWd>,
     /// The backing directories watched, by path.
@@ -159,8 +163,17 @@ pub const WATCH_LIMIT_SYSCTL: &str = "/proc/sys/fs/inotify/max_user_watches";
 
 impl Watcher {
     pub fn new(repo_dir: &Path) -> io::Result<Self> {
+        // SAFETY: eventfd takes no pointers; a valid descriptor is owned at once below.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        let closer = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
         let w = Self {
             inotify: Inotify::new(false)?,
+            closer,
+            closed: AtomicBool::new(false),
             repo: repo_dir.to_path_buf(),
             wds: Mutex::new(ByWd::default()),
             backing: Mutex::new(FastSet::default()),
@@ -251,8 +264,59 @@ impl Watcher {
         self.backing.lock().contains(rel)
     }
 
-    /// Blocks until events arrive and returns what they mean.
+    /// Ends the watch: a [`Watcher::read_changes`] blocked now or called later returns
+    /// [`io::ErrorKind::BrokenPipe`] at once, and [`Watcher::is_closed`] says why.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd (a full counter, EAGAIN,
+        // already wakes the reader).
+        unsafe {
+            libc::write(
+                self.closer.as_raw_fd(),
+                (&one as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+    }
+
+    /// Whether [`Watcher::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Blocks until events arrive and returns what they mean; `BrokenPipe` once closed.
     pub fn read_changes(&self) -> io::Result<Vec<Change>> {
+        let closed = || io::Error::new(io::ErrorKind::BrokenPipe, "the watch was closed");
+        let mut fds = [
+            libc::pollfd {
+                fd: self.inotify.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.closer.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        loop {
+            if self.is_closed() {
+                return Err(closed());
+            }
+            // SAFETY: two valid pollfds for the duration of the call.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if n > 0 {
+                break;
+            }
+            let e = io::Error::last_os_error();
+            if n < 0 && e.raw_os_error() != Some(libc::EINTR) {
+                return Err(e);
+            }
+        }
+        if self.is_closed() {
+            return Err(closed());
+        }
         let mut buf = vec![0u8; EVENT_BUFFER];
         let mut out = Vec::new();
         let mut refs = false;

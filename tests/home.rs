@@ -480,6 +480,29 @@ fn workspaces_nobody_opens_start_no_threads() {
         "{:?}",
         threads(pid)
     );
+    let per_tree = steady_threads(pid).len() - before.len();
+    let first = listing(&m.mnt.join(name_of(&made[0])));
+    // Opening all fifteen, the home keeps at most MAX_OPEN_TREES of them open once they
+    // are idle: the least recently used are closed, and their threads end.
+    for ws in &made {
+        listing(&m.path(&format!("{}/agents", name_of(ws))));
+    }
+    let bound = before.len() + per_tree * litanyfs::home::MAX_OPEN_TREES;
+    let wait = litanyfs::home::IN_USE + litanyfs::home::SWEEP * 3;
+    assert!(
+        eventually(wait, || threads(pid).len() <= bound),
+        "{} threads, more than {bound} ({per_tree} per open tree): {:?}\n{}",
+        threads(pid).len(),
+        threads(pid),
+        m.log_text()
+    );
+    assert!(
+        m.log_text().contains("closing workspace"),
+        "{}",
+        m.log_text()
+    );
+    // A closed workspace answers as before when looked at again.
+    assert_eq!(listing(&m.mnt.join(name_of(&made[0]))), first);
 }
 
 #[test]

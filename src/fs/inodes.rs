@@ -203,19 +203,6 @@ impl InodeTable {
             .collect()
     }
 
-    /// Every backing node of one tree the table knows, for invalidating all of them at
-    /// once: `own` gives the tree's own node for a node the kernel knows, if it is one of
-    /// that tree's (on a home mount, a workspace's nodes are known wrapped).
-    pub fn backing_nodes(&self, own: impl Fn(&Node) -> Option<Node>) -> Vec<(u64, Node)> {
-        let inner = self.inner.lock();
-        inner
-            .slots
-            .iter()
-            .filter_map(|(ino, s)| own(&s.node).map(|n| (*ino, n)))
-            .filter(|(_, n)| matches!(n, Node::Backing(_)))
-            .collect()
-    }
-
     /// The kernel forgot `n` lookups of `ino`; the entry goes when none remain.
     pub fn forget(&self, ino: u64, n: u64) {
         if ino == ROOT_INO {

@@ -26,6 +26,16 @@ pub struct Invalidator {
     pub(super) ws: Option<WsKey>,
 }
 
+/// An invalidation's failure, logged at debug: ENOENT from the kernel only means it had
+/// nothing cached; other failures mean the session is going away.
+fn quiet(r: std::io::Result<()>) {
+    if let Err(e) = r
+        && e.raw_os_error() != Some(libc::ENOENT)
+    {
+        log::debug!("invalidation: {e}");
+    }
+}
+
 impl Invalidator {
     pub fn spawn(self, notifier: Notifier) {
         if self.tree.watcher().is_none() {
@@ -48,6 +58,14 @@ impl Invalidator {
         loop {
             let changes = match watcher.read_changes() {
                 Ok(c) => c,
+                Err(_) if watcher.is_closed() => {
+                    // The tree was closed (a home's idle workspace): nothing watches it
+                    // any more, so nothing the kernel holds of it may be trusted for long.
+                    self.forget_all(&notifier);
+                    self.tree.views().refs_unwatched();
+                    log::debug!("{}: tree closed; its invalidation ends", self.name());
+                    return;
+                }
                 Err(e) => {
                     log::error!("inotify read failed ({e}); invalidation stops");
                     return;
@@ -101,17 +119,30 @@ impl Invalidator {
         inodes.ino_of(&self.shown(node))
     }
 
-    fn apply(&self, n: &Notifier, change: Change) {
+    /// What the invalidations name this tree by in the log.
+    fn name(&self) -> &str {
+        self.ws.as_deref().unwrap_or("the workspace")
+    }
+
+    /// Every inode and entry of this tree the kernel holds is dropped from its cache.
+    fn forget_all(&self, n: &Notifier) {
         let inodes = &self.state.inodes;
-        // ENOENT from the kernel only means it had nothing cached; other failures mean the
-        // session is going away.
-        let quiet = |r: std::io::Result<()>| {
-            if let Err(e) = r
-                && e.raw_os_error() != Some(libc::ENOENT)
+        // Each directory's number is looked up (a `stat`) once, not once per entry.
+        let mut parents: crate::FastMap<Backed, Option<u64>> = crate::FastMap::default();
+        for (ino, shown) in inodes.nodes_where(|n| self.own(n).is_some()) {
+            quiet(n.inval_inode(INodeNo(ino), 0, 0));
+            if let Some(Node::Backing(b)) = self.own(&shown)
+                && let Some(parent) = b.parent()
+                && let Some(p) = *parents
+                    .entry(parent.clone())
+                    .or_insert_with(|| self.ino_of(&Node::Backing(parent)))
             {
-                log::debug!("invalidation: {e}");
+                quiet(n.inval_entry(INodeNo(p), b.file_name()));
             }
-        };
+        }
+    }
+
+    fn apply(&self, n: &Notifier, change: Change) {
         match change {
             Change::Entry { dir, name, renamed } => {
                 let dir_node = Node::backing(dir.clone());
@@ -151,19 +182,7 @@ impl Invalidator {
                 log::warn!("inotify queue overflowed; invalidating every cached record");
                 self.tree.refs().invalidate();
                 self.tree.views().refs_moved();
-                // Each directory's number is looked up (a `stat`) once, not once per entry.
-                let mut parents: crate::FastMap<Backed, Option<u64>> = crate::FastMap::default();
-                for (ino, node) in inodes.backing_nodes(|n| self.own(n)) {
-                    quiet(n.inval_inode(INodeNo(ino), 0, 0));
-                    if let Node::Backing(b) = &node
-                        && let Some(parent) = b.parent()
-                        && let Some(p) = *parents
-                            .entry(parent.clone())
-                            .or_insert_with(|| self.ino_of(&Node::Backing(parent)))
-                    {
-                        quiet(n.inval_entry(INodeNo(p), b.file_name()));
-                    }
-                }
+                self.forget_all(n);
             }
         }
     }

@@ -19,9 +19,14 @@
 //!   dropped (its threads end with it).
 //! - **Cost follows use.** Listing the root or a shelf opens no workspace. A workspace's
 //!   tree (its watches, caches and deposit threads) is built when something first looks
-//!   inside it. Every workspace's events are followed from discovery by one [`Pool`]
-//!   (two threads, whatever the number of workspaces), which looks at a workspace nobody
-//!   has opened only every few seconds once it is quiet.
+//!   inside it, and closed again once it is idle ([`TreeLimits`]): more than
+//!   [`MAX_OPEN_TREES`] open, the least recently used go first; any left unused for
+//!   [`IDLE_CLOSE`] go too. A tree is closed only at rest (no draft, no guarded deposit,
+//!   no request inside it), so closing loses nothing but caches; the kernel is told to
+//!   forget what it holds of it, and the next look opens it again. Every workspace's
+//!   events are followed from discovery by one [`Pool`] (two threads, whatever the
+//!   number of workspaces), which looks at a workspace nobody has opened only every few
+//!   seconds once it is quiet.
 //! - **The same rules in every workspace.** Each tree is built by the mount's own
 //!   [`Opener`] with the mount's options, so deposits, pages, the close rule,
 //!   `--read-only` and `--sender` work as on a single mount; a replay's tree is
@@ -70,6 +75,34 @@ pub const RECHECK: Duration = Duration::from_millis(250);
 /// appears, a watch that could not be set).
 pub const SWEEP: Duration = Duration::from_secs(2);
 
+/// At most this many workspaces' trees are open at once, while the others are idle.
+pub const MAX_OPEN_TREES: usize = 8;
+/// A tree unused for this long is closed however few are open.
+pub const IDLE_CLOSE: Duration = Duration::from_secs(300);
+/// A tree used this recently is never closed: a walk or a copy is going on in it.
+pub const IN_USE: Duration = Duration::from_secs(2);
+
+/// When a home closes the trees of its workspaces (module docs).
+#[derive(Debug, Clone, Copy)]
+pub struct TreeLimits {
+    /// With more open than this, the least recently used idle trees are closed.
+    pub max_open: usize,
+    /// A tree used more recently than this is not idle.
+    pub in_use: Duration,
+    /// A tree unused for this long is closed whatever the number open.
+    pub idle_close: Duration,
+}
+
+impl Default for TreeLimits {
+    fn default() -> Self {
+        Self {
+            max_open: MAX_OPEN_TREES,
+            in_use: IN_USE,
+            idle_close: IDLE_CLOSE,
+        }
+    }
+}
+
 /// One workspace the home knows: where it is, what it is, and its tree once opened.
 struct Known {
     dir: PathBuf,
@@ -79,6 +112,11 @@ struct Known {
     read_only: bool,
     views: Arc<Views>,
     tree: Option<Arc<Tree>>,
+    /// When a request last asked for its tree.
+    used: Instant,
+    /// How many holders its tree has when no request is inside it (the home's, and the
+    /// adapter's invalidation thread's): more means a request is, and it stays open.
+    rest: usize,
     checked: Instant,
 }
 
@@ -87,6 +125,7 @@ pub struct Home {
     root: PathBuf,
     shelves: Vec<Shelf>,
     opener: Opener,
+    limits: TreeLimits,
     known: Mutex<FastMap<WsKey, Known>>,
     /// The root's events: every workspace's, as the root shows them.
     log: Arc<EventLog>,
@@ -113,6 +152,7 @@ impl Home {
             root,
             shelves,
             opener,
+            limits: TreeLimits::default(),
             known: Mutex::new(FastMap::default()),
             log: Arc::new(EventLog::new()),
             followers: Pool::start(),
@@ -121,6 +161,20 @@ impl Home {
             on_gone: std::sync::OnceLock::new(),
             prices: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The same home, closing trees by `limits` rather than the defaults (tests).
+    pub fn with_limits(
+        root: PathBuf,
+        shelves: Vec<Shelf>,
+        opener: Opener,
+        limits: TreeLimits,
+    ) -> Arc<Self> {
+        let mut home = Self::new(root, shelves, opener);
+        if let Some(h) = Arc::get_mut(&mut home) {
+            h.limits = limits;
+        }
+        home
     }
 
     /// Prices every workspace's tokens with `prices`, when given (once, before
@@ -221,6 +275,10 @@ impl Home {
             if !keep {
                 log::info!("home: workspace {key} is gone ({})", k.dir.display());
                 gone.push(key.clone());
+                // Its invalidation thread would otherwise wait on a watch of nothing.
+                if let Some(t) = k.tree.take() {
+                    t.end_watch();
+                }
             }
             keep
         });
@@ -243,7 +301,7 @@ impl Home {
         views.tee_to(self.log.clone(), key.clone());
         self.followers.add(views.clone());
         log::info!("home: following workspace {key} ({})", dir.display());
-        known.insert(
+        let replaced = known.insert(
             key,
             Known {
                 dir,
@@ -251,9 +309,15 @@ impl Home {
                 read_only: shelf.read_only,
                 views,
                 tree: None,
+                used: Instant::now(),
+                rest: 0,
                 checked: Instant::now(),
             },
         );
+        // A workspace replaced under the same name: the old one's tree is closed.
+        if let Some(t) = replaced.and_then(|k| k.tree) {
+            t.end_watch();
+        }
     }
 
     /// Whether there is a workspace `key` now; one not known yet is known from now on.
@@ -312,13 +376,17 @@ impl Home {
         if k.checked.elapsed() >= RECHECK {
             if !Self::still_there(k) {
                 log::info!("home: workspace {ws} is gone ({})", k.dir.display());
-                known.remove(ws);
+                if let Some(t) = known.remove(ws).and_then(|k| k.tree) {
+                    t.end_watch();
+                }
                 drop(known);
                 self.gone(&[ws.into()]);
                 return Err(gone());
             }
             k.checked = Instant::now();
         }
+        let now = Instant::now();
+        k.used = now;
         if let Some(t) = &k.tree {
             return Ok(t.clone());
         }
@@ -329,9 +397,70 @@ impl Home {
                 log::warn!("home: cannot open workspace {ws}: {why}");
                 TreeError::io(ws.to_string(), std::io::Error::from_raw_os_error(libc::EIO))
             })?;
-        log::info!("home: opened workspace {ws}");
+        k.rest = Arc::strong_count(&tree);
         k.tree = Some(tree.clone());
+        let closed = self.pick_closing(&mut known, now);
+        let open = known.values().filter(|k| k.tree.is_some()).count();
+        drop(known);
+        log::info!("home: opened workspace {ws} ({open} open)");
+        Self::close_trees(closed);
         Ok(tree)
+    }
+
+    /// Closes the trees that [`TreeLimits`] say to (the `litanyfs-home` thread, every
+    /// [`SWEEP`] at most).
+    pub fn close_idle(&self) {
+        let closed = self.pick_closing(&mut self.known.lock(), Instant::now());
+        Self::close_trees(closed);
+    }
+
+    /// Takes out of `known` the trees to close now: least recently used first, each at
+    /// rest (no request inside it, nothing it would lose).
+    fn pick_closing(
+        &self,
+        known: &mut FastMap<WsKey, Known>,
+        now: Instant,
+    ) -> Vec<(WsKey, Arc<Tree>)> {
+        let mut open: Vec<(Instant, WsKey)> = known
+            .iter()
+            .filter(|(_, k)| k.tree.is_some())
+            .map(|(key, k)| (k.used, key.clone()))
+            .collect();
+        open.sort();
+        let mut count = open.len();
+        let mut out = Vec::new();
+        for (used, key) in open {
+            let idle = now.saturating_duration_since(used);
+            let over = count > self.limits.max_open;
+            if idle < self.limits.in_use || !(over || idle >= self.limits.idle_close) {
+                continue;
+            }
+            let Some(k) = known.get_mut(&key) else {
+                continue;
+            };
+            // Under the lock every holder but the invalidation thread takes its copy
+            // under, so a count at rest stays so until the tree is out of `known`.
+            let at_rest = k
+                .tree
+                .as_ref()
+                .is_some_and(|t| Arc::strong_count(t) <= k.rest && t.at_rest());
+            if at_rest && let Some(t) = k.tree.take() {
+                count -= 1;
+                log::info!(
+                    "home: closing workspace {key}'s tree, unused for {idle:.1?} ({count} open)"
+                );
+                out.push((key, t));
+            }
+        }
+        out
+    }
+
+    /// Ends the watches of closed trees; each goes with its last holder (the adapter's
+    /// invalidation thread, once it has told the kernel to forget the tree).
+    fn close_trees(closed: Vec<(WsKey, Arc<Tree>)>) {
+        for (_, t) in closed {
+            t.end_watch();
+        }
     }
 
     /// The open trees now, by key.
@@ -702,6 +831,7 @@ fn follow_shelves(home: std::sync::Weak<Home>, dirs: Vec<PathBuf>) {
             return;
         };
         home.sweep();
+        home.close_idle();
     }
 }
 

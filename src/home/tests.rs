@@ -1,5 +1,6 @@
 use std::ffi::OsStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::*;
 use crate::fixture::Fixture;
@@ -12,6 +13,11 @@ const B: &str = "20261202T094227Z-0abc0def";
 /// A litany data root with two workspaces (`aaaa0001` with agent A named Alpha,
 /// `bbbb0002` with agent B named Beta), and the space serving it.
 fn setup() -> (tempfile::TempDir, Space, Arc<Home>) {
+    setup_with(TreeLimits::default())
+}
+
+/// [`setup`], its home closing trees by `limits`.
+fn setup_with(limits: TreeLimits) -> (tempfile::TempDir, Space, Arc<Home>) {
     let t = tempfile::tempdir().unwrap();
     let data = t.path().join("data");
     let a = Fixture::create(&data.join("workspaces/aaaa0001"), Flavour::Litany).unwrap();
@@ -32,8 +38,18 @@ fn setup() -> (tempfile::TempDir, Space, Arc<Home>) {
                 .sharing_views(views),
         ))
     });
-    let home = Home::new(root, shelves, opener);
+    let home = Home::with_limits(root, shelves, opener, limits);
     (t, Space::Home(home.clone()), home)
+}
+
+fn open_keys(home: &Home) -> Vec<String> {
+    let mut v: Vec<String> = home
+        .open_trees()
+        .into_iter()
+        .map(|(k, _)| k.to_string())
+        .collect();
+    v.sort();
+    v
 }
 
 fn resolve(space: &Space, path: &str) -> Result<(Node, Attr), TreeError> {
@@ -287,4 +303,74 @@ fn the_root_attention_is_every_workspaces_most_urgent_first() {
     ] {
         assert!(resolve(&space, &p).is_ok(), "{p}");
     }
+}
+
+#[test]
+fn idle_trees_close_least_recently_used_first_and_open_again_on_use() {
+    let in_use = Duration::from_millis(60);
+    let (_t, space, home) = setup_with(TreeLimits {
+        max_open: 1,
+        in_use,
+        idle_close: Duration::from_secs(3600),
+    });
+    assert_eq!(names(&space, "aaaa0001/names"), ["Alpha"]);
+    assert_eq!(open_keys(&home), ["aaaa0001"]);
+    std::thread::sleep(in_use * 2);
+    // Opening a second over the limit closes the first, idle one.
+    assert_eq!(names(&space, "bbbb0002/names"), ["Beta"]);
+    assert_eq!(open_keys(&home), ["bbbb0002"]);
+    // The closed one answers as before, from a tree opened again; the other, used just
+    // now, is not idle yet and stays open beside it.
+    assert_eq!(
+        read(
+            &space,
+            "aaaa0001/inbox/20261202T094226Z-0122ccc2/user-001.md"
+        ),
+        b"---\nfrom: user\n---\nx"
+    );
+    assert_eq!(open_keys(&home), ["aaaa0001", "bbbb0002"]);
+    std::thread::sleep(in_use * 2);
+    assert_eq!(names(&space, "aaaa0001/names"), ["Alpha"]);
+    home.close_idle();
+    assert_eq!(
+        open_keys(&home),
+        ["aaaa0001"],
+        "bbbb0002 was the least recently used"
+    );
+}
+
+#[test]
+fn a_tree_with_a_request_inside_is_not_closed() {
+    let (_t, space, home) = setup_with(TreeLimits {
+        max_open: 0,
+        in_use: Duration::ZERO,
+        idle_close: Duration::ZERO,
+    });
+    assert_eq!(names(&space, "aaaa0001/names"), ["Alpha"]);
+    let held = home.tree("aaaa0001").unwrap();
+    home.close_idle();
+    assert_eq!(
+        open_keys(&home),
+        ["aaaa0001"],
+        "a holder beyond the home's is a request"
+    );
+    drop(held);
+    home.close_idle();
+    assert!(open_keys(&home).is_empty());
+}
+
+#[test]
+fn a_tree_unused_for_long_closes_however_few_are_open() {
+    let idle_close = Duration::from_millis(80);
+    let (_t, space, home) = setup_with(TreeLimits {
+        max_open: 8,
+        in_use: Duration::ZERO,
+        idle_close,
+    });
+    assert_eq!(names(&space, "aaaa0001/names"), ["Alpha"]);
+    home.close_idle();
+    assert_eq!(open_keys(&home), ["aaaa0001"], "used just now");
+    std::thread::sleep(idle_close * 2);
+    home.close_idle();
+    assert!(open_keys(&home).is_empty());
 }

@@ -797,6 +797,13 @@ impl Drafts {
         let now = Instant::now();
         self.index.lock().retain(|d| d.resolvable(now));
     }
+
+    /// Whether no draft is resolvable now (none open, none closed recently enough to be
+    /// stat'ed or reopened).
+    pub fn is_empty(&self) -> bool {
+        self.expire();
+        self.index.lock().by_name.is_empty()
+    }
 }
 
 #[cfg(test)]

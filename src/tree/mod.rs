@@ -370,6 +370,27 @@ impl Tree {
         self.watcher.as_ref()
     }
 
+    /// Whether the tree holds nothing that closing it would lose: no draft resolvable,
+    /// no deposit still guarded ([`crate::deposit::guard`]). Caches are not counted:
+    /// a tree opened again rebuilds them.
+    pub fn at_rest(&self) -> bool {
+        self.drafts.is_empty()
+            && self
+                .deposits
+                .as_ref()
+                .and_then(|d| d.depositor.guard())
+                .is_none_or(|g| g.tracked() == 0)
+    }
+
+    /// Ends the tree's watch (the adapter's invalidation thread then drops what the
+    /// kernel holds of it and ends). The tree answers on, but only for the requests
+    /// already holding it: a home opens a new tree for the next ones.
+    pub fn end_watch(&self) {
+        if let Some(w) = &self.watcher {
+            w.close();
+        }
+    }
+
     /// Opens `inbox/<id>/` to deposits from `deposits.sender`.
     pub fn with_deposits(mut self, deposits: Deposits) -> Self {
         self.deposits = Some(deposits);

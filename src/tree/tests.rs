@@ -887,3 +887,17 @@ fn a_confined_view_refuses_another_agents_capture_at_every_layer() {
         assert_eq!(e.errno(), libc::ENOENT, "{path}");
     }
 }
+
+#[test]
+fn a_tree_is_not_at_rest_while_a_message_is_being_written() {
+    let (_t, _f, tree, _proc) = deposit_setup();
+    assert!(tree.at_rest(), "nothing written yet");
+    let (_node, _content) = draft(&tree, "note.md", 70);
+    assert!(!tree.at_rest(), "closing it now would lose the draft");
+    tree.unlink(
+        &resolve(&tree, &format!("inbox/{A}")).unwrap().0,
+        OsStr::new("note.md"),
+    )
+    .unwrap();
+    assert!(tree.at_rest(), "the draft was removed");
+}

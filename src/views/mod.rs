@@ -32,7 +32,7 @@ pub mod status;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -162,9 +162,11 @@ pub struct Views {
     status_scanner: Mutex<Option<Scanner>>,
     /// The last names seen, for events the hooks make.
     names: Mutex<crate::FastMap<String, String>>,
-    /// Whether a watch reports every change to the refs ([`Views::refs_watched`]), and
-    /// whether one was reported since the follower last read them.
-    refs_watched: AtomicBool,
+    /// How many watches report every change to the refs ([`Views::refs_watched`]): a
+    /// count, since a home's workspace may be closed and opened again, and the closing
+    /// tree's watch may end after the new one's began.
+    refs_watched: AtomicUsize,
+    /// Whether a change to the refs was reported since the follower last read them.
     refs_moved: AtomicBool,
     /// The length of the last `status`, `status.json`, `attention` and `attention.json`
     /// made: what a `stat` says before an open makes a new one (reads are direct, so a
@@ -196,7 +198,7 @@ impl Views {
             status_scanner: Mutex::new(None),
             names: Mutex::new(Default::default()),
             status_lens: Default::default(),
-            refs_watched: AtomicBool::new(false),
+            refs_watched: AtomicUsize::new(0),
             refs_moved: AtomicBool::new(true),
             tee: Mutex::new(None),
             pool: std::sync::OnceLock::new(),
@@ -273,7 +275,21 @@ impl Views {
     /// From now on every change to the refs is told ([`Views::refs_moved`]), so the
     /// follower need not read them at every look.
     pub fn refs_watched(&self) {
-        self.refs_watched.store(true, Ordering::Relaxed);
+        self.refs_watched.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A watch that reported every change to the refs has ended (its tree was closed):
+    /// unless another still does, the follower reads the refs at each look again.
+    pub fn refs_unwatched(&self) {
+        let _ = self
+            .refs_watched
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        self.refs_moved();
+    }
+
+    /// Whether some watch reports every change to the refs now.
+    pub(crate) fn refs_are_watched(&self) -> bool {
+        self.refs_watched.load(Ordering::Relaxed) > 0
     }
 
     /// The refs changed (or a watch overflowed): the next look reads them again.
@@ -526,8 +542,7 @@ impl Views {
     /// One look: the workspace now, and its differences from `model` logged (how many
     /// there were, before `--agent` hides any).
     fn look(&self, scanner: &mut Scanner, model: &Model) -> (Model, usize) {
-        let moved = self.refs_moved.swap(false, Ordering::Relaxed)
-            || !self.refs_watched.load(Ordering::Relaxed);
+        let moved = self.refs_moved.swap(false, Ordering::Relaxed) || !self.refs_are_watched();
         let mut next = scanner.scan_with(moved);
         self.hold_busy_inboxes(model, &mut next);
         hold_unborn_agents(scanner, model, &mut next);

@@ -17,7 +17,6 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -196,7 +195,7 @@ impl Follower {
     /// The longest a quiet follower waits for a poke: as a single mount's while its
     /// tree watches it; [`UNWATCHED_TICK`] once it has been quiet for a while otherwise.
     fn idle(&self) -> Duration {
-        let watched = self.views.refs_watched.load(Ordering::Relaxed);
+        let watched = self.views.refs_are_watched();
         if !watched && self.quiet >= QUIET_BEFORE_UNWATCHED_TICK {
             UNWATCHED_TICK
         } else {
