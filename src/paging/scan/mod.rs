@@ -38,7 +38,7 @@ mod sink;
 mod string;
 
 pub(crate) use sink::Sink;
-use sink::{Collect, CopySink, Discard, IndexSink, KeySink};
+use sink::{Bounded, Collect, CopySink, IndexSink, KeySink};
 #[cfg(test)]
 pub(crate) use string::plain_run;
 
@@ -161,12 +161,21 @@ impl StreamIndex {
     }
 }
 
-/// Both streams of a record that parsed.
+/// A record that parsed: both streams indexed, and the small fields as litany read them.
+/// This is the one reading of `output.json`: the pages and the views both take it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RecordIndex {
     pub(crate) stdout: StreamIndex,
     pub(crate) stderr: StreamIndex,
+    pub(crate) exit_code: i32,
+    /// `None` when longer than [`STAMP_KEEP`] bytes (no timestamp is).
+    pub(crate) started_at: Option<String>,
+    pub(crate) ended_at: Option<String>,
 }
+
+/// The most of a `started_at`/`ended_at` string a scan keeps: a timestamp is 20-35
+/// bytes; a longer string is validated as litany does, and not kept.
+pub(crate) const STAMP_KEEP: usize = 64;
 
 /// serde_json's `Deserializer` state for this one type: a cursor, plus
 /// the scratch stack `ignore_value` uses.
@@ -449,10 +458,17 @@ impl<'f> Parser<'f> {
                 }
             }
             2 => {
-                self.i32_value()?;
+                fields.exit_code = Some(self.i32_value()?);
             }
             _ => {
-                self.string_value(&mut Discard)?;
+                let mut kept = Bounded::new(STAMP_KEEP);
+                self.string_value(&mut kept)?;
+                let stamp = kept.take().and_then(|b| String::from_utf8(b).ok());
+                if i == 3 {
+                    fields.started_at = stamp;
+                } else {
+                    fields.ended_at = stamp;
+                }
             }
         }
         fields.seen[i] = true;
@@ -584,6 +600,9 @@ impl<'f> Parser<'f> {
             seen: [false; 5],
             stdout: None,
             stderr: None,
+            exit_code: None,
+            started_at: None,
+            ended_at: None,
         };
         let value = match self.whitespace()? {
             None => return Err(self.peek_error(EOF_VALUE)),
@@ -612,8 +631,14 @@ impl<'f> Parser<'f> {
         if self.whitespace()?.is_some() {
             return Err(self.peek_error(TRAILING_CHARACTERS));
         }
-        match (fields.stdout, fields.stderr) {
-            (Some(stdout), Some(stderr)) => Ok(RecordIndex { stdout, stderr }),
+        match (fields.stdout, fields.stderr, fields.exit_code) {
+            (Some(stdout), Some(stderr), Some(exit_code)) => Ok(RecordIndex {
+                stdout,
+                stderr,
+                exit_code,
+                started_at: fields.started_at,
+                ended_at: fields.ended_at,
+            }),
             // Unreachable: every field was seen, or visit_* failed.
             _ => Err(ScanError::unpositioned(format!(
                 "missing field `{}`",
@@ -629,6 +654,9 @@ struct Fields {
     seen: [bool; 5],
     stdout: Option<StreamIndex>,
     stderr: Option<StreamIndex>,
+    exit_code: Option<i32>,
+    started_at: Option<String>,
+    ended_at: Option<String>,
 }
 
 /// How many bytes a pass reads at a time.

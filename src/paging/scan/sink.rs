@@ -14,18 +14,6 @@ pub(crate) trait Sink {
     fn escaped(&mut self, bytes: &[u8], end: u64) -> bool;
 }
 
-/// Throws the bytes away (strings that are only validated).
-pub(super) struct Discard;
-
-impl Sink for Discard {
-    fn raw(&mut self, _: &[u8], _: u64) -> bool {
-        true
-    }
-    fn escaped(&mut self, _: &[u8], _: u64) -> bool {
-        true
-    }
-}
-
 /// Keeps everything. Only for an `invalid type: string "…"` message,
 /// which quotes the whole string, as serde's does.
 pub(super) struct Collect(pub(super) Vec<u8>);
@@ -38,6 +26,47 @@ impl Sink for Collect {
     fn escaped(&mut self, bytes: &[u8], _: u64) -> bool {
         self.0.extend_from_slice(bytes);
         true
+    }
+}
+
+/// Keeps a short string whole: [`Bounded::take`] is `None` once it grew past its bound
+/// (the rest is still decoded and checked, only not kept).
+pub(super) struct Bounded {
+    bytes: Vec<u8>,
+    limit: usize,
+    over: bool,
+}
+
+impl Bounded {
+    pub(super) fn new(limit: usize) -> Self {
+        Self {
+            bytes: Vec::new(),
+            limit,
+            over: false,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) -> bool {
+        if self.over || self.bytes.len() + bytes.len() > self.limit {
+            self.over = true;
+            self.bytes = Vec::new();
+        } else {
+            self.bytes.extend_from_slice(bytes);
+        }
+        true
+    }
+
+    pub(super) fn take(self) -> Option<Vec<u8>> {
+        (!self.over).then_some(self.bytes)
+    }
+}
+
+impl Sink for Bounded {
+    fn raw(&mut self, bytes: &[u8], _: u64) -> bool {
+        self.push(bytes)
+    }
+    fn escaped(&mut self, bytes: &[u8], _: u64) -> bool {
+        self.push(bytes)
     }
 }
 

@@ -11,11 +11,14 @@
 //! against the real binary in [`super::litany`].
 
 use super::{Rng, ToolOutputRecord, capture, mixed_text, reference};
-use crate::paging::scan::{ScanError, plain_run, read_range, scan};
+use crate::paging::scan::{STAMP_KEEP, ScanError, plain_run, read_range, scan};
 use std::fs::File;
 
-/// What the scan makes of `bytes`: both decoded streams, or the message.
-fn ours(bytes: &[u8], interval: u64) -> Result<(Vec<u8>, Vec<u8>), String> {
+/// What the scan makes of a record: both decoded streams, and the small fields.
+type Scanned = (Vec<u8>, Vec<u8>, i32, Option<String>, Option<String>);
+
+/// What the scan makes of `bytes`: the record, or the message.
+fn ours(bytes: &[u8], interval: u64) -> Result<Scanned, String> {
     SCRATCH.with(|scratch| {
         let path = scratch.path().join("output.json");
         std::fs::write(&path, bytes).expect("write capture");
@@ -29,14 +32,14 @@ thread_local! {
     static SCRATCH: tempfile::TempDir = tempfile::tempdir().expect("tempdir");
 }
 
-fn ours_in(file: &File, interval: u64) -> Result<(Vec<u8>, Vec<u8>), String> {
+fn ours_in(file: &File, interval: u64) -> Result<Scanned, String> {
     match scan(file, interval) {
         Ok(index) => {
             let out = read_range(file, &index.stdout, 0, u64::MAX).expect("stdout reads back");
             let err = read_range(file, &index.stderr, 0, u64::MAX).expect("stderr reads back");
             assert_eq!(out.len() as u64, index.stdout.len);
             assert_eq!(err.len() as u64, index.stderr.len);
-            Ok((out, err))
+            Ok((out, err, index.exit_code, index.started_at, index.ended_at))
         }
         Err(ScanError::Json(fail)) => Err(ScanError::render(&fail, file).expect("position")),
         Err(ScanError::Io(e)) => panic!("io: {e}"),
@@ -57,7 +60,12 @@ fn agree(bytes: &[u8], interval: u64) {
     let theirs = reference(bytes);
     let mine = ours(bytes, interval);
     match (&theirs, &mine) {
-        (Ok(rec), Ok((out, err))) => {
+        (Ok(rec), Ok((out, err, exit_code, started, ended))) => {
+            // The views read the small fields from this same scan: they must be litany's.
+            assert_eq!(*exit_code, rec.exit_code, "exit_code");
+            let kept = |s: &str| (s.len() <= STAMP_KEEP).then(|| s.to_string());
+            assert_eq!(*started, kept(&rec.started_at), "started_at");
+            assert_eq!(*ended, kept(&rec.ended_at), "ended_at");
             assert_eq!(
                 out,
                 rec.stdout.as_bytes(),
@@ -319,7 +327,7 @@ fn lone_surrogates_are_refused_as_serde_json_refuses_them() {
     }
     let fine = format!(r#"{{"stdout":"\uD83D\uDE00"{tail}"#);
     assert_eq!(
-        ours(fine.as_bytes(), 1),
+        ours(fine.as_bytes(), 1).map(|(out, err, ..)| (out, err)),
         Ok(("😀".as_bytes().to_vec(), vec![]))
     );
     let ignored = format!(r#"{{"x":"\uD800","stdout":""{tail}"#);
@@ -578,4 +586,21 @@ fn a_plain_run_stops_at_the_first_quote_backslash_or_control_byte() {
             .collect();
         assert_eq!(plain_run(&bytes), naive(&bytes), "{bytes:?}");
     }
+}
+
+#[test]
+fn the_small_fields_are_litanys_in_every_shape() {
+    let long = "9".repeat(STAMP_KEEP + 1);
+    for text in [
+        r#"{"stdout":"a","stderr":"","exit_code":-9,"started_at":"2026-12-06T23:00:00Z","ended_at":"2026-12-06T23:00:01Z"}"#.to_string(),
+        r#"["a","",127,"2026-12-06T23:00:00Z","2026-12-06T23:00:01\u005a"]"#.to_string(),
+        format!(r#"{{"ended_at":"{long}","x":{{"exit_code":5}},"exit_code":2147483647,"started_at":"","stderr":"","stdout":""}}"#),
+    ] {
+        agree(text.as_bytes(), 4);
+        assert!(ours(text.as_bytes(), 4).is_ok(), "{text}");
+    }
+    // Out of litany's i32: refused by both, so no view shows a code litany would not.
+    let wide = r#"{"stdout":"","stderr":"","exit_code":2147483648,"started_at":"","ended_at":""}"#;
+    agree(wide.as_bytes(), 4);
+    assert!(ours(wide.as_bytes(), 4).is_err());
 }

@@ -18,12 +18,6 @@ use crate::workspace::steps::{
     step_number,
 };
 
-/// How much of the end of a large `output.json` is read for its exit code and times.
-const OUTPUT_TAIL_BYTES: u64 = 512;
-/// Captures up to this size are parsed whole; larger ones are measured by the paging
-/// scanner (never held in memory) and their trailing fields read from the tail.
-const OUTPUT_PARSE_BYTES: u64 = 4 << 20;
-
 /// An agent's numbered step directories: number → name on disk. Shared between the
 /// scanner's cache and every model made from it while `steps/<id>` is unchanged (a large
 /// workspace has tens of thousands of steps, and a model is copied at each look).
@@ -295,8 +289,8 @@ impl Scanner {
             None => Err(format!("no {INPUT_FILE}")),
             Some(_) => read_input(&self.backing, &rel.join(INPUT_FILE)),
         };
-        let output = stat_of(OUTPUT_FILE)
-            .map(|st| read_output(&self.backing, &rel.join(OUTPUT_FILE), st.size));
+        let output =
+            stat_of(OUTPUT_FILE).map(|_| read_output(&self.backing, &rel.join(OUTPUT_FILE)));
         let tool = Tool {
             input,
             input_mtime: input_st.map(|s| s.mtime.0),
@@ -397,52 +391,18 @@ fn read_input(backing: &Backing, rel: &Path) -> Result<(String, String), String>
     Ok((name, crate::views::event::summary(&summary)))
 }
 
-fn read_output(backing: &Backing, rel: &Path, size: u64) -> Result<Output, String> {
-    #[derive(serde::Deserialize)]
-    struct Record {
-        stdout: String,
-        stderr: String,
-        exit_code: i64,
-        started_at: String,
-        ended_at: String,
-    }
-    if size <= OUTPUT_PARSE_BYTES {
-        let bytes = read_small(backing, rel, OUTPUT_PARSE_BYTES + 1)?;
-        let r: Record = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("{OUTPUT_FILE} does not parse: {e}"))?;
-        return Ok(Output {
-            exit_code: r.exit_code,
-            stdout_bytes: r.stdout.len() as u64,
-            stderr_bytes: r.stderr.len() as u64,
-            started: parse_utc(&r.started_at),
-            ended: parse_utc(&r.ended_at),
-        });
-    }
-    // Too large to hold: the paging scanner measures the streams (and checks the record
-    // parses as litany parses it); the fields after them are read from the tail.
-    use std::os::unix::fs::FileExt;
-    let (f, st) = backing.open_file(rel).map_err(|e| e.to_string())?;
-    let index = crate::paging::scan::scan(&f, u64::MAX)
+/// A tool's `output.json`, read by the one parse that pages it too
+/// ([`crate::paging::scan`]): streamed, so a capture of any size costs a pass and no
+/// more memory than its index.
+fn read_output(backing: &Backing, rel: &Path) -> Result<Output, String> {
+    let (f, _) = backing.open_file(rel).map_err(|e| e.to_string())?;
+    let r = crate::paging::scan::scan(&f, u64::MAX)
         .map_err(|_| format!("{OUTPUT_FILE} does not parse"))?;
-    let start = st.size.saturating_sub(OUTPUT_TAIL_BYTES);
-    let mut tail = vec![0u8; (st.size - start) as usize];
-    f.read_exact_at(&mut tail, start)
-        .map_err(|e| e.to_string())?;
-    let tail = String::from_utf8_lossy(&tail);
-    // The streams come first, so the last occurrence of each key is the field itself.
-    let field = |k: &str| -> Option<&str> {
-        let at = tail.rfind(&format!("\"{k}\":"))? + k.len() + 3;
-        let rest = tail[at..].trim_start();
-        let end = rest.find([',', '\n', '}']).unwrap_or(rest.len());
-        Some(rest[..end].trim().trim_matches('"'))
-    };
     Ok(Output {
-        exit_code: field("exit_code")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(-1),
-        stdout_bytes: index.stdout.len,
-        stderr_bytes: index.stderr.len,
-        started: field("started_at").and_then(parse_utc),
-        ended: field("ended_at").and_then(parse_utc),
+        exit_code: i64::from(r.exit_code),
+        stdout_bytes: r.stdout.len,
+        stderr_bytes: r.stderr.len,
+        started: r.started_at.as_deref().and_then(parse_utc),
+        ended: r.ended_at.as_deref().and_then(parse_utc),
     })
 }
