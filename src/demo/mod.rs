@@ -25,8 +25,8 @@ use git2::Oid;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::deposit::format_utc;
 use crate::fixture::{CONFIG_BRANCH, Fixture, Result};
+use crate::workspace::clock::format_utc;
 use crate::workspace::refs::{Flavour, NAME_FILE, agent_ref};
 use crate::workspace::steps::DRIVER_LOG;
 

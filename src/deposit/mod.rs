@@ -37,6 +37,7 @@ pub mod wake;
 #[cfg(test)]
 mod tests;
 
+use crate::workspace::clock::now_utc;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -46,7 +47,7 @@ use parking_lot::Mutex;
 pub use error::DepositError;
 pub use guard::{Guard, GuardOptions, OnRedeposit};
 pub use publish::{MAX_ATTEMPTS, Published, publish};
-pub use render::{format_utc, now_utc, render, sender_name, sender_name_at};
+pub use render::{render, sender_name, sender_name_at};
 pub use spare::Spares;
 pub use validate::{
     DEFAULT_MAX_MESSAGE_BYTES, check_content, check_len, check_recipient, check_sender,

@@ -489,7 +489,7 @@ mod tests {
 
     #[test]
     fn live_states_are_as_wide_as_a_time() {
-        let time = crate::deposit::render::format_utc(1_796_000_000);
+        let time = crate::workspace::clock::format_utc(1_796_000_000);
         assert_eq!(time.len(), TIME_WIDTH);
         for state in [STREAMING, CUT, WAITING, &running_since(1_796_000_000)] {
             assert_eq!(state.len(), TIME_WIDTH, "{state:?}");

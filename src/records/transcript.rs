@@ -458,7 +458,7 @@ fn times(log: &[crate::workspace::refs::LogEntry]) -> HashMap<String, String> {
         if let Some((number, _)) = subject::transcript(&c.summary) {
             times
                 .entry(number.to_string())
-                .or_insert_with(|| crate::deposit::render::format_utc(c.author_time));
+                .or_insert_with(|| crate::workspace::clock::format_utc(c.author_time));
         }
     }
     times

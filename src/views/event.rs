@@ -10,7 +10,7 @@
 
 use serde_json::Value;
 
-use crate::deposit::format_utc;
+use crate::workspace::clock::format_utc;
 use crate::workspace::{AGENTS_DIR, INBOX_DIR, MARKS_DIR, STEPS_DIR};
 
 /// What happened.

@@ -284,7 +284,7 @@ mod tests {
         let got: Vec<(String, &str)> = events
             .iter()
             .filter(|e| e.kind != Kind::AgentCreated)
-            .map(|e| (crate::deposit::format_utc(e.at), e.kind.as_str()))
+            .map(|e| (crate::workspace::clock::format_utc(e.at), e.kind.as_str()))
             .collect();
         let want = [
             ("2026-12-02T09:42:30Z", "step-started"),

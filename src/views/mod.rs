@@ -37,8 +37,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::workspace::clock::now_secs;
 use event::{Event, Kind};
-use model::{Model, Scanner, now_secs};
+use model::{Model, Scanner};
 
 pub use log::{EventLog, Rendering};
 

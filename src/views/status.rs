@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use super::model::{Budget, Held, Model, Spend, StepState, WorkflowFrom};
 use super::prices::{Cost, Prices};
 use super::signal::{Signal, visible};
-use crate::deposit::format_utc;
+use crate::workspace::clock::format_utc;
 use crate::workspace::ids::parent_of;
 use crate::workspace::{INBOX_DIR, STEPS_DIR};
 

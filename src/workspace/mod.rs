@@ -6,6 +6,7 @@
 //! from a listing. Nothing in this module knows about FUSE.
 
 pub mod backing;
+pub mod clock;
 pub mod ids;
 pub mod inbox;
 pub mod refs;

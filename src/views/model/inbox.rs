@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 
-use super::{Scanner, key, ns, parse_utc};
+use super::{Scanner, key, ns};
 use crate::workspace::INBOX_DIR;
 use crate::workspace::backing::Stat;
+use crate::workspace::clock::parse_utc;
 use crate::workspace::inbox::pending_sender;
 
 /// How much of a deposit is read for its frontmatter.

@@ -10,9 +10,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{Scanner, StatKey, key, parse_utc};
+use super::{Scanner, StatKey, key};
 use crate::workspace::STEPS_DIR;
 use crate::workspace::backing::{Backing, Stat};
+use crate::workspace::clock::parse_utc;
 use crate::workspace::steps::{
     INPUT_FILE, META_FILE, OUTPUT_FILE, RESPONSE_FILE, STDERR_FILE, TOOLS_DIR, step_dir_name,
     step_number,
