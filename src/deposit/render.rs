@@ -17,7 +17,7 @@ use crate::workspace::inbox::USER_SENDER;
 use crate::workspace::refs::{NAME_FILE, agent_ref};
 
 /// The frontmatter delimiter line.
-const DELIMITER: &str = "---\n";
+use crate::workspace::inbox::FRONTMATTER_DELIMITER as DELIMITER;
 
 /// The deposit body: litany's frontmatter (`from`, optional `from_name`, `deposited_at`)
 /// followed by `content` verbatim.

@@ -54,10 +54,9 @@ use crate::workspace::refs::{GitEntry, GitError, MAX_BLOB_BYTES, Refs};
 
 // A delivered message keeps its deposit's extension; every other entry is JSON.
 use crate::workspace::inbox::MESSAGE_EXT;
+pub(super) use crate::workspace::inbox::{frontmatter_fields, split_frontmatter};
 pub(super) use crate::workspace::refs::MESSAGES_DIR;
 use crate::workspace::refs::subject;
-/// The frontmatter delimiter line of a message.
-const DELIMITER: &str = "---\n";
 
 use super::format::ENTRY_BLOCK as BLOCK;
 
@@ -530,21 +529,6 @@ pub(super) fn message(
     out.extend_from_slice(format::BODY_END);
 }
 
-/// The `key: value` lines of a frontmatter.
-pub(super) fn frontmatter_fields(front: &str) -> Vec<(&str, &str)> {
-    front.lines().filter_map(|l| l.split_once(": ")).collect()
-}
-
-/// `---\n<front>\n---\n<body>` → (front, body).
-pub(super) fn split_frontmatter(text: &str) -> Option<(&str, &str)> {
-    let rest = text.strip_prefix(DELIMITER)?;
-    if let Some(body) = rest.strip_prefix(DELIMITER) {
-        return Some(("", body));
-    }
-    let end = rest.find("\n---\n")?;
-    Some((&rest[..end], &rest[end + 1 + DELIMITER.len()..]))
-}
-
 /// A model or tool entry: `{"content":[…],"usage":{…}}` or a bare block array; anything
 /// else raw. A tool entry's header names the calls its results answer.
 fn model_or_tool(
@@ -690,16 +674,6 @@ mod tests {
         assert_eq!(seq_of("+5-x.json"), Some(5));
         assert_eq!(seq_of("007.md"), None);
         assert_eq!(seq_of("x-user.md"), None);
-    }
-
-    #[test]
-    fn frontmatter_splits_at_the_closing_delimiter() {
-        assert_eq!(
-            split_frontmatter("---\nfrom: user\n---\nhi\n---\nthere"),
-            Some(("from: user", "hi\n---\nthere"))
-        );
-        assert_eq!(split_frontmatter("---\n---\n"), Some(("", "")));
-        assert_eq!(split_frontmatter("no front"), None);
     }
 
     fn render(f: impl FnOnce(&mut Vec<u8>)) -> String {

@@ -16,6 +16,34 @@ pub const FIRST_SEQ: u32 = 1;
 /// The reserved sender of messages that no agent sent.
 pub const USER_SENDER: &str = "user";
 
+/// The line that opens and closes a deposit's frontmatter (CONTRACT §3.3).
+pub const FRONTMATTER_DELIMITER: &str = "---\n";
+
+/// A message's `---\n<front>\n---\n<body>` as (front, body); `None` when it does not
+/// open with the delimiter or never closes it. An empty header (`---\n---\n`) is `""`.
+/// The one reading of a frontmatter: the views, the transcript and the live tail take it.
+pub fn split_frontmatter(text: &str) -> Option<(&str, &str)> {
+    let rest = text.strip_prefix(FRONTMATTER_DELIMITER)?;
+    if let Some(body) = rest.strip_prefix(FRONTMATTER_DELIMITER) {
+        return Some(("", body));
+    }
+    let end = rest.find("\n---\n")?;
+    Some((&rest[..end], &rest[end + 1 + FRONTMATTER_DELIMITER.len()..]))
+}
+
+/// The `key: value` lines of a frontmatter, in order.
+pub fn frontmatter_fields(front: &str) -> Vec<(&str, &str)> {
+    front.lines().filter_map(|l| l.split_once(": ")).collect()
+}
+
+/// The value of field `key` in `text`'s frontmatter, if it has one.
+pub fn frontmatter_field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let (front, _) = split_frontmatter(text)?;
+    frontmatter_fields(front)
+        .into_iter()
+        .find_map(|(k, v)| (k == key).then_some(v))
+}
+
 /// `<sender>-<NNN>.md`, the name litany gives a deposit.
 pub fn message_filename(sender: &str, seq: u32) -> String {
     format!("{sender}-{seq:0SEQ_WIDTH$}.{MESSAGE_EXT}")
@@ -141,6 +169,28 @@ impl<S: AsRef<str>> FromIterator<S> for InboxNames {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frontmatter_splits_at_the_closing_delimiter() {
+        assert_eq!(
+            frontmatter_field("---\nfrom: a1\ndeposited_at: x\n---\nbody", "deposited_at"),
+            Some("x")
+        );
+        assert_eq!(
+            frontmatter_field("---\n---\ndeposited_at: x\n", "deposited_at"),
+            None
+        );
+        assert_eq!(
+            frontmatter_field("---\ndeposited_at: x\n", "deposited_at"),
+            None
+        );
+        assert_eq!(
+            split_frontmatter("---\nfrom: user\n---\nhi\n---\nthere"),
+            Some(("from: user", "hi\n---\nthere"))
+        );
+        assert_eq!(split_frontmatter("---\n---\n"), Some(("", "")));
+        assert_eq!(split_frontmatter("no front"), None);
+    }
 
     #[test]
     fn filenames_have_a_minimum_width() {

@@ -81,10 +81,6 @@ impl Scanner {
 
 /// The `deposited_at:` of a deposit's frontmatter, in seconds.
 pub fn deposited_at(text: &str) -> Option<i64> {
-    let rest = text.strip_prefix("---\n")?;
-    let front = &rest[..rest.find("\n---\n").unwrap_or(rest.len())];
-    front
-        .lines()
-        .find_map(|l| l.strip_prefix("deposited_at: "))
+    crate::workspace::inbox::frontmatter_field(text, "deposited_at")
         .and_then(|v| parse_utc(v.trim()))
 }
