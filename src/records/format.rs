@@ -29,11 +29,6 @@ pub(super) const SEP: &str = " · ";
 /// Ends a body and separates it from the next section.
 pub(super) const BODY_END: &[u8] = b"\n\n";
 
-/// The tool whose input is shown as the command line it runs.
-pub(super) const BASH_TOOL: &str = "bash";
-/// The one field of a `bash` input.
-pub(super) const BASH_COMMAND: &str = "command";
-
 /// The usage counters in the order brazen's `Usage` declares them; others follow by name.
 const USAGE_ORDER: [&str; 7] = [
     "input_tokens",
@@ -148,22 +143,11 @@ pub(super) fn call(out: &mut Vec<u8>, depth: usize, label: &str, name: &str, id:
 /// The body of a tool call: for `bash` with only a `command`, the command in a `sh`
 /// fence; otherwise the input as pretty JSON in a `json` fence.
 pub(super) fn call_input(out: &mut Vec<u8>, name: &str, input: &Value) {
-    if name == BASH_TOOL
-        && let Some(command) = bash_command(input)
-    {
+    if let Some(command) = crate::workspace::steps::command_as_typed(name, input) {
         fenced(out, "sh", command);
     } else {
         fenced(out, "json", &pretty(input));
     }
-}
-
-/// The command of a `bash` input that holds nothing else.
-pub(super) fn bash_command(input: &Value) -> Option<&str> {
-    let fields = input.as_object()?;
-    if fields.len() != 1 {
-        return None;
-    }
-    fields.get(BASH_COMMAND)?.as_str()
 }
 
 /// Pretty JSON, two spaces a level (what `serde_json::to_string_pretty` writes).

@@ -23,6 +23,25 @@ pub const INPUT_FILE: &str = "input.json";
 /// A tool record's capture: stdout, stderr, exit code and times (CONTRACT §4.2, §5).
 pub const OUTPUT_FILE: &str = "output.json";
 
+/// The tool whose input is a command line.
+pub const BASH_TOOL: &str = "bash";
+/// The one field of a `bash` input.
+pub const BASH_COMMAND: &str = "command";
+
+/// The command line a tool call runs, as the model typed it: the input of a `bash` call
+/// that holds nothing but its command. Anything else (another tool, more fields) is shown
+/// as its JSON by whoever asks: the transcripts, `response.md` and the events all ask here.
+pub fn command_as_typed<'a>(tool: &str, input: &'a serde_json::Value) -> Option<&'a str> {
+    if tool != BASH_TOOL {
+        return None;
+    }
+    let fields = input.as_object()?;
+    if fields.len() != 1 {
+        return None;
+    }
+    fields.get(BASH_COMMAND)?.as_str()
+}
+
 /// The suffix of the harness's write-then-rename temp files (`output.json.tmp`,
 /// `input.json.tmp`, `*-mark.<pid>.tmp`). A `.tmp` file is never a finished record.
 pub const HARNESS_TEMP_SUFFIX: &str = ".tmp";
@@ -66,5 +85,21 @@ mod tests {
         assert_eq!(step_number(b"driver.log"), None);
         assert_eq!(step_number(b""), None);
         assert_eq!(step_number(b"-1"), None);
+    }
+
+    #[test]
+    fn only_a_bash_call_holding_just_its_command_is_a_command_line() {
+        let v = |t: &str| serde_json::from_str::<serde_json::Value>(t).unwrap();
+        assert_eq!(
+            command_as_typed("bash", &v(r#"{"command":"ls -l"}"#)),
+            Some("ls -l")
+        );
+        assert_eq!(command_as_typed("run", &v(r#"{"command":"ls -l"}"#)), None);
+        assert_eq!(
+            command_as_typed("bash", &v(r#"{"command":"ls","timeout":5}"#)),
+            None
+        );
+        assert_eq!(command_as_typed("bash", &v(r#"{"command":5}"#)), None);
+        assert_eq!(command_as_typed("bash", &v(r#"["ls"]"#)), None);
     }
 }

@@ -385,7 +385,7 @@ fn read_input(backing: &Backing, rel: &Path) -> Result<(String, String), String>
         .ok_or_else(|| format!("{INPUT_FILE} has no name"))?
         .to_string();
     let input = v.get("input").cloned().unwrap_or(Value::Null);
-    let summary = match input.get("command").and_then(Value::as_str) {
+    let summary = match crate::workspace::steps::command_as_typed(&name, &input) {
         Some(cmd) => cmd.to_string(),
         None => input.to_string(),
     };
