@@ -706,6 +706,37 @@ mod tests {
     }
 
     #[test]
+    fn a_wall_budget_shows_on_its_trees_root() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        let tree = f
+            .tree(&[
+                ("version", b"2\n"),
+                ("workflow.yaml", b"budgets: {max_wall_seconds: 600}\n"),
+            ])
+            .unwrap();
+        let flow = f
+            .commit("refs/heads/config/default", tree, "config: edit")
+            .unwrap();
+        f.agent("r1", Some("Alpha"), &[]).unwrap();
+        f.commit_mark("workflow", "r1", flow).unwrap();
+        let meta = br#"{"started_at":"2026-12-02T09:42:30Z","ended_at":"2026-12-02T09:43:35Z"}"#;
+        f.step("r1", 1, &[("meta.json", meta)]).unwrap();
+        let v = Views::new(f.root(), None);
+        let text = String::from_utf8(v.status(false)).unwrap();
+        assert!(
+            text.contains("wall budget of the tree: 1m05s of 10m00s spent"),
+            "{text}"
+        );
+        let json: serde_json::Value = serde_json::from_slice(&v.status(true)).unwrap();
+        let b = &json[0]["budget"];
+        assert_eq!(
+            (b["max_wall_seconds"].as_u64(), b["wall_left"].as_u64()),
+            (Some(600), Some(535))
+        );
+    }
+
+    #[test]
     fn an_open_of_the_events_waits_for_the_history_a_bounded_time() {
         let t = tempfile::tempdir().unwrap();
         let f = Fixture::create(t.path(), Flavour::Litany).unwrap();

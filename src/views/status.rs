@@ -314,6 +314,20 @@ fn row(
             notes.push(format!("{dir}/tools/{odd}: the tool id is not UTF-8"));
         }
     }
+    let budget = a.budget.as_ref().map(|b| budget_row(id, b, costs));
+    // The token budget shows in the TOKENS cell; a wall budget has no column, so the
+    // tree's root says how much of it is spent.
+    if let Some(b) = &budget
+        && b.root == id
+        && let (Some(max), Some(spent)) = (b.max_wall_seconds, b.wall_spent)
+    {
+        notes.push(format!(
+            "wall budget of the tree: {} of {} spent ({} workflow)",
+            duration(spent),
+            duration(max),
+            b.workflow
+        ));
+    }
     Row {
         workspace: None,
         id: id.to_string(),
@@ -331,7 +345,7 @@ fn row(
         signals,
         spend: costs.own.get(id).cloned(),
         tree: costs.trees.map(|t| t.get(id).cloned().unwrap_or_default()),
-        budget: a.budget.as_ref().map(|b| budget_row(id, b, costs)),
+        budget,
     }
 }
 
