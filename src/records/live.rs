@@ -316,6 +316,9 @@ fn wound(w: &WoundFacts, stream: &str, out: &mut Vec<u8>) {
     if (w.stopped_mark.is_some() || w.why.is_some()) && !stream.is_empty() {
         format::paragraph(out, &format!("Its stream: {stream}."));
     }
+    if w.stopped_mark.is_none() && refused(w, stream) {
+        format::paragraph(out, REFUSED_NOTE);
+    }
     match &w.log {
         Some((path, lines)) => {
             format::named(out, format::ENTRY_BLOCK, &format!("last lines of {path}"));
@@ -325,6 +328,24 @@ fn wound(w: &WoundFacts, stream: &str, out: &mut Vec<u8>) {
     }
 }
 
+/// How a wound whose failure names an auth failure says so.
+const REFUSED_NOTE: &str = "The provider refused the credentials (an auth failure, `refused` in \
+     `attention`): fix the key or the provider's configuration, then message or nudge it.";
+
+/// How [`wound_kind`] begins for a call that failed with an `error` event.
+const FAILED_CALL: &str = "the model call failed: ";
+
+/// Whether the failure names an auth failure, read as the `refused` signal reads it:
+/// the `error` event's text, else `stderr.log`.
+fn refused(w: &WoundFacts, stream: &str) -> bool {
+    if let Some(err) = stream.strip_prefix(FAILED_CALL) {
+        return super::failure::refusal(err);
+    }
+    w.log.as_ref().is_some_and(|(path, lines)| {
+        path.ends_with(crate::workspace::steps::STDERR_FILE) && super::failure::refusal(lines)
+    })
+}
+
 /// How a failed step's stream ended, in words.
 pub(super) fn wound_kind(outcome: Option<&super::response::Outcome>, in_attempt: bool) -> String {
     use super::response::Outcome;
@@ -332,7 +353,7 @@ pub(super) fn wound_kind(outcome: Option<&super::response::Outcome>, in_attempt:
         return "cut mid-stream, no end event: stopped, killed or its adapter died".into();
     }
     match outcome {
-        Some(Outcome::Failed(why)) => format!("the model call failed: {why}"),
+        Some(Outcome::Failed(why)) => format!("{FAILED_CALL}{why}"),
         Some(Outcome::Finished(Some(r))) if r == "length" => {
             "output limit: finish length, nothing committed".into()
         }

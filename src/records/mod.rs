@@ -110,6 +110,7 @@
 //! usage: they render with no usage line. Its cut markers carry no address, so its tool
 //! results show none.
 
+pub mod failure;
 pub(crate) mod format;
 pub mod live;
 mod response;

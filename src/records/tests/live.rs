@@ -173,7 +173,36 @@ fn a_failed_step_keeps_its_stream_and_gains_the_wound() {
             "{text}"
         );
         assert!(text.ends_with("Its stderr.log and the agent's driver.log are empty.\n\n"));
+        assert!(!text.contains("refused the credentials"), "{text}");
     }
+    // An auth failure is named as one, as the `refused` signal names it.
+    let auth = [
+        lines.to_vec(),
+        vec![ev::error(
+            r#"{"provider":{"status":401}}"#,
+            "invalid x-api-key",
+        )],
+    ]
+    .concat();
+    let facts = Facts {
+        model: Some(model(Some(response(&dir, &auth)), false)),
+        wound: Some(WoundFacts {
+            step: "002".into(),
+            why: None,
+            stopped_mark: None,
+            unsure: false,
+            log: None,
+        }),
+        ..Facts::default()
+    };
+    let text = read_all(
+        &records,
+        &records.transcript_view(&refs, tip, facts).unwrap(),
+    );
+    assert!(
+        text.contains("the model call failed: provider 401: invalid x-api-key\n\nThe provider refused the credentials"),
+        "{text}"
+    );
     // A stop's marks at the tip name the stop; the stream's word follows.
     let facts = Facts {
         model: Some(model(Some(response(&dir, &lines)), false)),
