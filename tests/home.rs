@@ -250,6 +250,27 @@ fn every_workspace_of_litany_home_in_one_mount() {
         "{text}"
     );
 
+    // The root's events: every workspace's history, merged in time order (the clock
+    // format sorts as the time does).
+    let ndjson = std::fs::read_to_string(m.path("events.ndjson")).unwrap();
+    let lines: Vec<serde_json::Value> = ndjson
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for ws in [&one, &two, &three] {
+        assert_eq!(
+            lines.iter().any(|e| e["workspace"] == name_of(ws).as_str()),
+            !agent_ids(ws).is_empty(),
+            "no event of {} in the root events:\n{ndjson}",
+            name_of(ws)
+        );
+    }
+    let times: Vec<&str> = lines.iter().map(|e| e["at"].as_str().unwrap()).collect();
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]),
+        "the root events are not in time order:\n{ndjson}"
+    );
+
     // A deposit into one workspace's inbox reaches that workspace, and its agent reads it.
     let inbox = format!("{}/inbox/{root_one}/note", name_of(&one));
     std::fs::write(m.path(&inbox), "a note through the home\n").unwrap();

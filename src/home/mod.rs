@@ -33,6 +33,7 @@
 //!   read-only.
 
 pub mod layout;
+mod merge;
 mod space;
 
 pub use layout::{Shelf, Source, classify, litany_data_root};
@@ -129,6 +130,8 @@ pub struct Home {
     known: Mutex<FastMap<WsKey, Known>>,
     /// The root's events: every workspace's, as the root shows them.
     log: Arc<EventLog>,
+    /// What feeds `log`, in time order across the histories ([`merge`]).
+    merge: Arc<merge::Merge>,
     /// What follows every workspace's events, with two threads whatever their number.
     followers: Arc<Pool>,
     born: SystemTime,
@@ -148,13 +151,15 @@ fn mtime(m: &std::fs::Metadata) -> SystemTime {
 impl Home {
     /// The home of `shelves` (`root` is the SOURCE, for messages and `statfs`).
     pub fn new(root: PathBuf, shelves: Vec<Shelf>, opener: Opener) -> Arc<Self> {
+        let log = Arc::new(EventLog::new());
         Arc::new(Self {
             root,
             shelves,
             opener,
             limits: TreeLimits::default(),
             known: Mutex::new(FastMap::default()),
-            log: Arc::new(EventLog::new()),
+            merge: merge::Merge::new(log.clone()),
+            log,
             followers: Pool::start(),
             born: SystemTime::now(),
             status_lens: Default::default(),
@@ -298,7 +303,7 @@ impl Home {
     ) {
         let views = Views::new(&dir, None);
         views.set_prices(self.prices.get().cloned());
-        views.tee_to(self.log.clone(), key.clone());
+        views.tee_to(self.merge.clone(), key.clone());
         self.followers.add(views.clone());
         log::info!("home: following workspace {key} ({})", dir.display());
         let replaced = known.insert(
@@ -643,6 +648,8 @@ impl Home {
                         v.name()
                     );
                 }
+                // What was held for the histories is shown now, whatever is still awaited.
+                self.merge.flush(true);
                 Content::Log(v.rendering().unwrap_or(crate::views::Rendering::Text))
             }
             ViewFile::Status | ViewFile::StatusJson => {
@@ -729,6 +736,8 @@ impl Home {
     /// home lives: inotify on the root and on each shelf, and a sweep every [`SWEEP`].
     pub fn start(self: &Arc<Self>) {
         self.sweep();
+        self.merge
+            .await_histories(self.known.lock().keys().cloned().collect::<Vec<_>>());
         let home = Arc::downgrade(self);
         let dirs: Vec<PathBuf> = std::iter::once(self.root.clone())
             .chain(self.shelves.iter().map(|s| s.dir.clone()))
@@ -832,6 +841,7 @@ fn follow_shelves(home: std::sync::Weak<Home>, dirs: Vec<PathBuf>) {
         };
         home.sweep();
         home.close_idle();
+        home.merge.flush(false);
     }
 }
 

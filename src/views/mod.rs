@@ -174,7 +174,7 @@ pub struct Views {
     /// reader always gets all).
     status_lens: [AtomicU64; 4],
     /// On a home mount, the root's log, which shows every event of this workspace too.
-    tee: Mutex<Option<(Arc<EventLog>, Arc<str>)>>,
+    tee: Mutex<Option<(Arc<dyn Tee>, Arc<str>)>>,
     /// On a home mount, the pool that follows these views ([`pool`]): a poke wakes it.
     pool: std::sync::OnceLock<Arc<pool::Wake>>,
     /// What the steps cost, shared by every scanner of these views ([`model::spend`]).
@@ -183,6 +183,19 @@ pub struct Views {
     prices: std::sync::OnceLock<Arc<prices::Prices>>,
     /// Told when the history is logged ([`Views::wait_history`]).
     history_in: Condvar,
+}
+
+/// Where a workspace's events also go: a home's root log ([`crate::home`]).
+pub trait Tee: Send + Sync {
+    /// Events of workspace `ws`, shown as the root shows them; `history`: its
+    /// reconstructed history, whole (it comes once).
+    fn take(&self, ws: &str, events: Vec<Event>, history: bool);
+}
+
+impl Tee for EventLog {
+    fn take(&self, _ws: &str, events: Vec<Event>, _history: bool) {
+        self.append(&events);
+    }
 }
 
 impl Views {
@@ -240,16 +253,17 @@ impl Views {
 
     /// From now on every event logged here is also logged in `log` (a home mount's root
     /// log), as the root shows it: naming workspace `ws`, its path under `ws/`.
-    pub fn tee_to(&self, log: Arc<EventLog>, ws: Arc<str>) {
+    pub fn tee_to(&self, log: Arc<dyn Tee>, ws: Arc<str>) {
         *self.tee.lock() = Some((log, ws));
     }
 
-    /// Logs `events` here, and in the home's log when there is one.
-    fn append(&self, events: &[Event]) {
+    /// Logs `events` here, and in the home's log when there is one; `history`: they
+    /// are the workspace's reconstructed history, whole.
+    fn append(&self, events: &[Event], history: bool) {
         self.log.append(events);
         if let Some((log, ws)) = &*self.tee.lock() {
             let shown: Vec<Event> = events.iter().map(|e| e.clone().in_workspace(ws)).collect();
-            log.append(&shown);
+            log.take(ws, shown, history);
         }
     }
 
@@ -351,7 +365,7 @@ impl Views {
         let mut waiting = self.waiting.lock();
         match waiting.as_mut() {
             Some(w) => w.extend(events),
-            None => self.append(&events),
+            None => self.append(&events, false),
         }
     }
 
@@ -359,9 +373,9 @@ impl Views {
     fn history_done(&self, history: Vec<Event>) {
         let history: Vec<Event> = history.into_iter().filter(|e| self.visible(e)).collect();
         let mut waiting = self.waiting.lock();
-        self.append(&history);
+        self.append(&history, true);
         if let Some(w) = waiting.take() {
-            self.append(&w);
+            self.append(&w, false);
         }
         self.history_in.notify_all();
         ::log::info!(
