@@ -174,7 +174,7 @@ pub struct Views {
     /// reader always gets all).
     status_lens: [AtomicU64; 4],
     /// On a home mount, the root's log, which shows every event of this workspace too.
-    tee: Mutex<Option<(Arc<dyn Tee>, Arc<str>)>>,
+    tee: Mutex<Option<Teed>>,
     /// On a home mount, the pool that follows these views ([`pool`]): a poke wakes it.
     pool: std::sync::OnceLock<Arc<pool::Wake>>,
     /// What the steps cost, shared by every scanner of these views ([`model::spend`]).
@@ -184,6 +184,9 @@ pub struct Views {
     /// Told when the history is logged ([`Views::wait_history`]).
     history_in: Condvar,
 }
+
+/// Where these views' events also go, and the workspace they are shown under there.
+type Teed = (Arc<dyn Tee>, Arc<str>);
 
 /// Where a workspace's events also go: a home's root log ([`crate::home`]).
 pub trait Tee: Send + Sync {
