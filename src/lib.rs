@@ -34,7 +34,8 @@
 //!
 //! On a home mount, each workspace opened (something looked inside it) adds the threads a
 //! single mount runs for its tree: `invalidate`, and the deposit threads when it takes
-//! deposits; a workspace nobody opened adds none.
+//! deposits; a workspace nobody opened adds none, and an opened one closes again when idle
+//! (at most [`home::MAX_OPEN_TREES`] stay open once idle), ending its threads.
 //!
 //! With `--auto-unmount` the daemon also starts one process, its [`sentinel`], which
 //! outlives it to unmount a mount it left dead.
@@ -42,6 +43,10 @@
 // A panic on a request path kills the mount: outside tests, a failure is an error the
 // caller answers (an errno, a log line), never an `unwrap` or an `expect`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+// These docs are for the people who work on the daemon, read with
+// `cargo doc --document-private-items`: links to private items are how they say where
+// a rule lives.
+#![allow(rustdoc::private_intra_doc_links)]
 
 #[doc(hidden)]
 pub mod demo;

@@ -16,7 +16,7 @@
 //! truncation marker litany's bound writes, a result deposit with `epitaph:` and
 //! `terminal_ref:`, a `returned` mark, a `held` mark, empty `driver.log`s.
 //!
-//! One [`Sample`] is one workspace: [`build`] writes it, [`tour`] walks it. A home of
+//! One [`Sample`] is one workspace: [`build`] writes it, `tour` walks it. A home of
 //! several workspaces is several samples (their ids apart by [`Sample::new`]'s `seed`).
 
 use std::path::{Path, PathBuf};

@@ -3,8 +3,8 @@
 //!
 //! [`Depositor::deposit`] is the whole act, in litany's order: validate ([`validate`]:
 //! content, recipient, sender, each failure its own errno via [`DepositError::errno`]);
-//! render the bytes `litany message` would write ([`render`]); publish them atomically and
-//! create-only as `<sender>-<NNN>.md` ([`publish`]), under the [`guard`] that re-deposits
+//! render the bytes `litany message` would write ([`render()`]); publish them atomically and
+//! create-only as `<sender>-<NNN>.md` ([`publish()`]), under the [`guard`] that re-deposits
 //! a message a concurrent `litany message` renamed over; then wake the recipient like the
 //! verb does ([`wake`]), reading the executor lock instead of probing it. Nothing here
 //! knows about FUSE.

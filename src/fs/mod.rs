@@ -253,7 +253,7 @@ impl State {
             .ok_or_else(|| TreeError::new(self.path(ino), ErrorKind::TooManyOpen))
     }
 
-    /// Carries a close that waits for spawned children ([`Closing::Waiting`]) on a thread
+    /// Carries a close that waits for spawned children ([`crate::tree::Closing::Waiting`]) on a thread
     /// of its own, which answers it: the wait is the closing writer's, and no request
     /// thread sleeps through it. Past [`MAX_SPAWN_WAITS`] of them at once, or without a
     /// thread, the close is decided now with what it sees (the last close then sends).

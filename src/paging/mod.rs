@@ -6,7 +6,7 @@
 //! FUSE and without holding whole captures in memory:
 //! - [`address`]: the grammar, parsed once for full addresses and for the
 //!   page file names the mount shows.
-//! - [`banner`]: the banner line and the next-page address.
+//! - [`banner`](mod@banner): the banner line and the next-page address.
 //! - [`reader`]: a byte-budgeted cache of per-capture indexes, and page
 //!   reads served from them. The first read of a capture parses it once,
 //!   accepting exactly what litany's serde parse accepts (the private

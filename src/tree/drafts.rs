@@ -7,7 +7,7 @@
 //! message, and a daemon killed mid-write loses only what was never closed.
 //!
 //! Which close is the last, and whether a writer was killed, is the [`verdict`] on what
-//! the [witness](crate::witness) saw at that close: dups, forked children and exec'ed
+//! the [`crate::witness`] saw at that close: dups, forked children and exec'ed
 //! programs holding the descriptor all count, so a shell writing line by line through one
 //! descriptor sends one message, and a writer killed mid-message (`kill -9`, Ctrl-C,
 //! `timeout`) sends nothing.

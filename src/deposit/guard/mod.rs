@@ -27,8 +27,8 @@
 //!    the directory is watched, links the file, and registers the record before releasing
 //!    the lock. So every event the record is later shown happened after that drain point,
 //!    and our own `IN_CREATE` of the name is among them. The record ignores its name until
-//!    it sees an `IN_CREATE` ([`ledger::Phase::Awaiting`]): anything before it predates our link.
-//! 3. From then on ([`ledger::Phase::Present`]) the first event on the name decides.
+//!    it sees an `IN_CREATE` (`ledger::Phase::Awaiting`): anything before it predates our link.
+//! 3. From then on (`ledger::Phase::Present`) the first event on the name decides.
 //!    `IN_MOVED_TO` means a file was renamed onto the name while ours held it: ours was
 //!    replaced. `IN_MOVED_FROM` or `IN_DELETE` means ours left (the drain renamed it into
 //!    the worktree, or it was deleted): nothing to do. A later `IN_MOVED_TO` of a reused
