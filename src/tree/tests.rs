@@ -888,6 +888,29 @@ fn a_confined_view_refuses_another_agents_capture_at_every_layer() {
     }
 }
 
+/// Under `--agent`, another agent's inbox is listed (so that one can write to it) but its
+/// pending deposits are reached by no path, not even by a node named directly; one's
+/// own inbox shows its deposits.
+#[test]
+fn a_confined_view_shows_only_its_own_pending_deposits() {
+    let (_t, f, tree) = setup(Flavour::Litany);
+    let for_b = b"---\nfrom: user\n---\nfor b";
+    f.inbox_file(B, "user-001.md", for_b).unwrap();
+    let path = format!("inbox/{A}/user-001.md");
+    let (theirs, _) = resolve(&tree, &path).unwrap();
+    let confined = Tree::new(Workspace::open(f.root()).unwrap())
+        .unwrap()
+        .confined_to(B);
+    assert_eq!(names(&confined, "inbox"), [A, B]);
+    assert!(names(&confined, &format!("inbox/{A}")).is_empty());
+    let e = resolve(&confined, &path).unwrap_err();
+    assert_eq!(e.errno(), libc::ENOENT, "{path}");
+    let e = confined.getattr(&theirs).unwrap_err();
+    assert_eq!(e.errno(), libc::ENOENT, "{path} by its node");
+    assert_eq!(names(&confined, &format!("inbox/{B}")), ["user-001.md"]);
+    assert_eq!(read(&confined, &format!("inbox/{B}/user-001.md")), for_b);
+}
+
 #[test]
 fn a_tree_is_not_at_rest_while_a_message_is_being_written() {
     let (_t, _f, tree, _proc) = deposit_setup();
