@@ -12,10 +12,10 @@ use crate::workspace::refs::{Flavour, NAME_FILE, agent_ref};
 use crate::workspace::steps::step_dir_name;
 use crate::workspace::{INBOX_DIR, REPO_DIR, STEPS_DIR};
 
-pub type Result<T> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
+pub(crate) type Result<T> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
 
 /// The branch `litany new` creates first; a workspace has no `main`.
-pub const CONFIG_BRANCH: &str = "config/default";
+pub(crate) const CONFIG_BRANCH: &str = "config/default";
 
 pub struct Fixture {
     root: PathBuf,
@@ -46,7 +46,7 @@ impl Fixture {
     }
 
     /// The workspace at `root`, made before (by [`Fixture::create`] or the harness).
-    pub fn open(root: &Path, flavour: Flavour) -> Result<Self> {
+    pub(crate) fn open(root: &Path, flavour: Flavour) -> Result<Self> {
         Ok(Self {
             root: root.canonicalize()?,
             repo: Repository::open_bare(root.join(REPO_DIR))?,
@@ -97,7 +97,13 @@ impl Fixture {
 
     /// [`Fixture::commit`] with the commit time `secs` (since the epoch, UTC), for tests
     /// that check a time shown: they can expect a literal, not the clock at the moment.
-    pub fn commit_at(&self, refname: &str, tree: Oid, message: &str, secs: i64) -> Result<Oid> {
+    pub(crate) fn commit_at(
+        &self,
+        refname: &str,
+        tree: Oid,
+        message: &str,
+        secs: i64,
+    ) -> Result<Oid> {
         let sig = Signature::new("litany", "litany@localhost", &git2::Time::new(secs, 0))?;
         self.commit_as(refname, tree, message, sig)
     }
@@ -126,7 +132,7 @@ impl Fixture {
     /// Commits `tree` on `refname` with `parent` as its one parent (or none), authored
     /// and committed at `at` (seconds since the epoch), as the harness commits a step
     /// that happened then.
-    pub fn commit_on(
+    pub(crate) fn commit_on(
         &self,
         refname: &str,
         parent: Option<Oid>,
@@ -188,7 +194,7 @@ impl Fixture {
         Ok(oid)
     }
 
-    pub fn delete_mark(&self, kind: &str, id: &str) -> Result<()> {
+    pub(crate) fn delete_mark(&self, kind: &str, id: &str) -> Result<()> {
         self.repo
             .find_reference(&self.mark_ref(kind, id))?
             .delete()?;

@@ -16,12 +16,12 @@ use crate::workspace::{AGENTS_DIR, INBOX_DIR, MARKS_DIR, NAMES_DIR, STEPS_DIR};
 use crate::tree::{LATEST, RESPONSE_MD, TRANSCRIPT_MD};
 
 /// What comes before the table, in words.
-pub const INTRO: &str = "The mount root mirrors the workspace root, so every \
+pub(crate) const INTRO: &str = "The mount root mirrors the workspace root, so every \
     workspace-relative path litany prints (a record path, an inbox file, a continuation \
     address) works verbatim under it.";
 
 /// What a home mount adds: the table's tree once per workspace.
-pub fn home() -> String {
+pub(crate) fn home() -> String {
     use crate::home::layout::{REPLAYS_DIR, WORLD_SHELF};
     format!(
         "A home mount (SOURCE a directory of workspaces, such as litany's data root) \
@@ -33,7 +33,7 @@ pub fn home() -> String {
 }
 
 /// What comes after it.
-pub const OUTRO: &str = "Everything is live. Changes other than messages answer EROFS; \
+pub(crate) const OUTRO: &str = "Everything is live. Changes other than messages answer EROFS; \
     a deposited message is immutable (EPERM). Logging follows RUST_LOG (default: info).";
 
 /// One path of the tree.
@@ -42,11 +42,11 @@ pub struct Entry {
     /// The path, with `<placeholders>` (markdown).
     pub path: String,
     /// Where its content comes from (markdown).
-    pub from: String,
+    pub(crate) from: String,
     /// What it shows (markdown).
     pub what: String,
     /// The section of the documentation that says more, relative to the repository.
-    pub more: Option<&'static str>,
+    pub(crate) more: Option<&'static str>,
 }
 
 fn entry(path: String, from: &str, what: String, more: Option<&'static str>) -> Entry {
@@ -206,11 +206,11 @@ pub fn plain(markdown: &str) -> String {
 }
 
 /// What stands for a space inside a code span in [`unbreakable`]: a no-break space.
-pub const NO_BREAK: char = '\u{a0}';
+pub(crate) const NO_BREAK: char = '\u{a0}';
 
 /// [`plain`], with each space inside a code span made a [`NO_BREAK`], so that wrapping
 /// ([`wrap`], or a formatter given the page) keeps the span on one line.
-pub fn unbreakable(markdown: &str) -> String {
+pub(crate) fn unbreakable(markdown: &str) -> String {
     let mut out = String::with_capacity(markdown.len());
     for (i, part) in markdown.split('`').enumerate() {
         if i % 2 == 1 {
@@ -223,7 +223,7 @@ pub fn unbreakable(markdown: &str) -> String {
 }
 
 /// The README's table: path, where it comes from, what it shows (with a link to more).
-pub fn markdown() -> String {
+pub(crate) fn markdown() -> String {
     let cell = |s: &str| s.replace('|', "\\|");
     let mut t = String::from("| path | from | what it shows |\n|---|---|---|\n");
     for e in entries() {
@@ -242,7 +242,7 @@ pub fn markdown() -> String {
 }
 
 /// The width `--help` wraps the table's texts to.
-pub const HELP_WIDTH: usize = 80;
+pub(crate) const HELP_WIDTH: usize = 80;
 /// How far `--help` indents a path, and what it shows.
 const HELP_PATH_INDENT: usize = 2;
 const HELP_TEXT_INDENT: usize = 6;
@@ -250,7 +250,7 @@ const HELP_TEXT_INDENT: usize = 6;
 /// `text` wrapped at spaces to lines of at most `width` characters after `indent`
 /// spaces (a word longer than that has a line to itself); a [`NO_BREAK`] joins two
 /// words into one, and is shown as a space.
-pub fn wrap(text: &str, indent: usize, width: usize) -> String {
+pub(crate) fn wrap(text: &str, indent: usize, width: usize) -> String {
     let pad = " ".repeat(indent);
     let room = width.saturating_sub(indent).max(1);
     let mut out = String::new();
@@ -278,7 +278,7 @@ pub fn wrap(text: &str, indent: usize, width: usize) -> String {
 /// The width the notes of `--help` (environment, generic options) are wrapped to: the
 /// man page indents them by 7 columns within its 78, and an 80-column reader must not see one
 /// item reflowed into the next.
-pub const NOTES_WIDTH: usize = 70;
+pub(crate) const NOTES_WIDTH: usize = 70;
 
 /// One item of a list in the notes: `head` on a line of its own, `text` wrapped under
 /// it (see [`NOTES_WIDTH`]).

@@ -56,7 +56,7 @@ fn is_generic(option: &str) -> bool {
 
 /// The program names under which this binary is a mount helper: `mount.fuse.litanyfs`
 /// (for `-t fuse.litanyfs`) and `mount.litanyfs` (for `-t litanyfs`).
-pub fn helper_names() -> [String; 2] {
+pub(crate) fn helper_names() -> [String; 2] {
     [format!("mount.fuse.{SUBTYPE}"), format!("mount.{SUBTYPE}")]
 }
 
@@ -135,7 +135,7 @@ pub fn document(mount: Command) -> Command {
 
 /// The markdown tables of the options (both spellings and the meaning) and of the
 /// generic options, as doc/USAGE.md shows them.
-pub fn options_table() -> String {
+pub(crate) fn options_table() -> String {
     let mut t = String::from("| option | `-o` | meaning |\n|---|---|---|\n");
     for arg in mount_args().get_arguments() {
         let long = arg.get_long().unwrap_or_default();
@@ -381,7 +381,7 @@ pub unsafe fn settle_environment() {
     }
 }
 
-pub use crate::home::layout::passwd_home;
+pub(crate) use crate::home::layout::passwd_home;
 
 #[cfg(test)]
 mod tests {

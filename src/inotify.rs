@@ -15,47 +15,47 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// The size of a buffer that holds many events at once (each is 16 bytes plus its name).
-pub const EVENT_BUFFER: usize = 64 * 1024;
+pub(crate) const EVENT_BUFFER: usize = 64 * 1024;
 
 /// One event as the kernel reported it.
 #[derive(Debug, Clone, Copy)]
-pub struct Event<'a> {
-    pub wd: i32,
-    pub mask: u32,
-    pub cookie: u32,
+pub(crate) struct Event<'a> {
+    pub(crate) wd: i32,
+    pub(crate) mask: u32,
+    pub(crate) cookie: u32,
     /// The entry's name in the watched directory; empty for events on the directory
     /// itself.
-    pub name: &'a [u8],
+    pub(crate) name: &'a [u8],
 }
 
 impl Event<'_> {
     /// Events were dropped: whatever the watcher knows may be stale.
-    pub fn overflowed(&self) -> bool {
+    pub(crate) fn overflowed(&self) -> bool {
         self.mask & libc::IN_Q_OVERFLOW != 0
     }
 
     /// The watched directory itself went away, moved, or its watch was removed.
-    pub fn watch_ended(&self) -> bool {
+    pub(crate) fn watch_ended(&self) -> bool {
         self.mask
             & (libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_IGNORED | libc::IN_UNMOUNT)
             != 0
     }
 
     /// The directory's names changed (an entry came, went or was replaced).
-    pub fn renamed(&self) -> bool {
+    pub(crate) fn renamed(&self) -> bool {
         self.mask & (libc::IN_CREATE | libc::IN_DELETE | libc::IN_MOVED_FROM | libc::IN_MOVED_TO)
             != 0
     }
 }
 
 /// An inotify descriptor.
-pub struct Inotify {
+pub(crate) struct Inotify {
     fd: OwnedFd,
 }
 
 impl Inotify {
     /// A new descriptor; `nonblocking` reads answer at once when nothing is queued.
-    pub fn new(nonblocking: bool) -> io::Result<Self> {
+    pub(crate) fn new(nonblocking: bool) -> io::Result<Self> {
         let flags = libc::IN_CLOEXEC | if nonblocking { libc::IN_NONBLOCK } else { 0 };
         // SAFETY: plain syscall; the result is checked.
         let fd = unsafe { libc::inotify_init1(flags) };
@@ -70,7 +70,7 @@ impl Inotify {
 
     /// Watches `path` with `mask`; the watch descriptor is returned (inotify folds
     /// repeated watches of one inode into one descriptor).
-    pub fn add(&self, path: &Path, mask: u32) -> io::Result<i32> {
+    pub(crate) fn add(&self, path: &Path, mask: u32) -> io::Result<i32> {
         let c = CString::new(path.as_os_str().as_bytes())
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         // SAFETY: valid inotify fd and NUL-terminated path; the result is checked.
@@ -84,14 +84,14 @@ impl Inotify {
 
     /// Watches exactly the directory `dir` names (an `O_PATH` descriptor resolved beneath
     /// the workspace root), so no symlink swapped in since can redirect the watch.
-    pub fn add_fd(&self, dir: &impl AsRawFd, mask: u32) -> io::Result<i32> {
+    pub(crate) fn add_fd(&self, dir: &impl AsRawFd, mask: u32) -> io::Result<i32> {
         self.add(&proc_fd_path(dir.as_raw_fd()), mask & !libc::IN_DONT_FOLLOW)
     }
 
     /// Watches entry `name` of the directory `dir` is open on (resolved beneath the
     /// workspace root), never following it: `name` must be one component (else
     /// `EINVAL`), and a symlink there is not followed. One call, no walk from the root.
-    pub fn add_in(&self, dir: &impl AsRawFd, name: &OsStr, mask: u32) -> io::Result<i32> {
+    pub(crate) fn add_in(&self, dir: &impl AsRawFd, name: &OsStr, mask: u32) -> io::Result<i32> {
         let b = name.as_bytes();
         if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
@@ -102,7 +102,7 @@ impl Inotify {
     }
 
     /// Stops watch `wd`; a stale one is ignored.
-    pub fn remove(&self, wd: i32) {
+    pub(crate) fn remove(&self, wd: i32) {
         // SAFETY: valid inotify fd; a stale wd only yields EINVAL, which we ignore.
         unsafe { libc::inotify_rm_watch(self.fd.as_raw_fd(), wd) };
     }
@@ -110,7 +110,11 @@ impl Inotify {
     /// Reads what is queued into `buf` and calls `each` for every event, in order.
     /// Returns how many events there were: 0 when a nonblocking descriptor had none
     /// (blocking ones wait). Interrupted reads are retried.
-    pub fn read(&self, buf: &mut [u8], mut each: impl FnMut(Event<'_>)) -> io::Result<usize> {
+    pub(crate) fn read(
+        &self,
+        buf: &mut [u8],
+        mut each: impl FnMut(Event<'_>),
+    ) -> io::Result<usize> {
         let n = loop {
             // SAFETY: valid fd and a writable buffer of the given length.
             let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
@@ -135,7 +139,7 @@ impl AsRawFd for Inotify {
 }
 
 /// `/proc/self/fd/<n>`: names exactly the file descriptor `fd` refers to.
-pub fn proc_fd_path(fd: RawFd) -> PathBuf {
+pub(crate) fn proc_fd_path(fd: RawFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{fd}"))
 }
 

@@ -26,7 +26,7 @@ fn names(flags: InitFlags) -> String {
 
 /// The line for the log: the protocol version, and which of the features litanyfs
 /// `asked` for the kernel offered (granted) and which it did not.
-pub fn granted(config: &KernelConfig, asked: impl IntoIterator<Item = InitFlags>) -> String {
+pub(crate) fn granted(config: &KernelConfig, asked: impl IntoIterator<Item = InitFlags>) -> String {
     let asked = asked.into_iter().fold(InitFlags::empty(), |all, f| all | f);
     let offered = config.capabilities();
     format!(
@@ -38,7 +38,7 @@ pub fn granted(config: &KernelConfig, asked: impl IntoIterator<Item = InitFlags>
 }
 
 /// The newest `.log` in `dir` that holds a [`granted`] line, and its last such line.
-pub fn last_granted(dir: &Path) -> Option<(PathBuf, String)> {
+pub(crate) fn last_granted(dir: &Path) -> Option<(PathBuf, String)> {
     let mut logs: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(dir)
         .ok()?
         .flatten()

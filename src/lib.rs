@@ -53,11 +53,11 @@ pub mod demo;
 pub mod deposit;
 #[doc(hidden)]
 pub mod fixture;
-pub mod fs;
+pub(crate) mod fs;
 pub mod guide;
 pub mod helper;
 pub mod home;
-pub mod inotify;
+pub(crate) mod inotify;
 pub mod kernel;
 mod lru;
 pub mod manual;
@@ -71,7 +71,7 @@ pub mod testing;
 pub mod tree;
 pub mod views;
 pub mod watch;
-pub mod witness;
+pub(crate) mod witness;
 pub mod workspace;
 
 /// The hash map of the request path (inodes, watches): foldhash, several times faster

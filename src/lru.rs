@@ -19,7 +19,7 @@ use crate::FastMap;
 
 /// Where an eviction leaves the total, as a fraction of the budget (numerator,
 /// denominator): room for an eighth of it before the next eviction.
-pub const LOW_WATER: (usize, usize) = (7, 8);
+pub(crate) const LOW_WATER: (usize, usize) = (7, 8);
 
 struct Slot<V> {
     value: V,
@@ -46,10 +46,10 @@ impl<K, V> Default for ByteLru<K, V> {
 
 impl<K: Copy + Eq + Hash, V: Clone> ByteLru<K, V> {
     /// What an entry costs beyond its value: its slot and its key.
-    pub const ENTRY_BYTES: usize = std::mem::size_of::<Slot<V>>() + std::mem::size_of::<K>();
+    pub(crate) const ENTRY_BYTES: usize = std::mem::size_of::<Slot<V>>() + std::mem::size_of::<K>();
 
     /// The value for `key`, now the most recently used.
-    pub fn get(&mut self, key: K) -> Option<V> {
+    pub(crate) fn get(&mut self, key: K) -> Option<V> {
         self.tick += 1;
         let slot = self.slots.get_mut(&key)?;
         slot.tick = self.tick;
@@ -58,7 +58,12 @@ impl<K: Copy + Eq + Hash, V: Clone> ByteLru<K, V> {
 
     /// The value for `key`, now the most recently used; made by `make` (costing `cost`)
     /// when there is none.
-    pub fn get_or_insert_with(&mut self, key: K, cost: usize, make: impl FnOnce() -> V) -> V {
+    pub(crate) fn get_or_insert_with(
+        &mut self,
+        key: K,
+        cost: usize,
+        make: impl FnOnce() -> V,
+    ) -> V {
         if let Some(v) = self.get(key) {
             return v;
         }
@@ -68,17 +73,17 @@ impl<K: Copy + Eq + Hash, V: Clone> ByteLru<K, V> {
     }
 
     /// The value for `key`, without making it more recently used.
-    pub fn peek(&self, key: &K) -> Option<&V> {
+    pub(crate) fn peek(&self, key: &K) -> Option<&V> {
         self.slots.get(key).map(|s| &s.value)
     }
 
     /// Every entry, in no order, without making any more recently used.
-    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.slots.iter().map(|(k, s)| (k, &s.value))
     }
 
     /// Puts `value` under `key` (replacing what was there), the most recently used.
-    pub fn insert(&mut self, key: K, value: V, cost: usize) {
+    pub(crate) fn insert(&mut self, key: K, value: V, cost: usize) {
         self.remove(&key);
         self.tick += 1;
         let cost = Self::ENTRY_BYTES + cost;
@@ -95,7 +100,7 @@ impl<K: Copy + Eq + Hash, V: Clone> ByteLru<K, V> {
 
     /// Records that the value under `key` costs `cost` now, if `is_it` says it is still
     /// the value the caller measured (it may have been evicted or replaced meanwhile).
-    pub fn set_cost(&mut self, key: &K, is_it: impl FnOnce(&V) -> bool, cost: usize) {
+    pub(crate) fn set_cost(&mut self, key: &K, is_it: impl FnOnce(&V) -> bool, cost: usize) {
         if let Some(slot) = self.slots.get_mut(key)
             && is_it(&slot.value)
         {
@@ -105,7 +110,7 @@ impl<K: Copy + Eq + Hash, V: Clone> ByteLru<K, V> {
         }
     }
 
-    pub fn remove(&mut self, key: &K) {
+    pub(crate) fn remove(&mut self, key: &K) {
         if let Some(slot) = self.slots.remove(key) {
             self.used -= slot.cost;
         }
@@ -114,7 +119,7 @@ impl<K: Copy + Eq + Hash, V: Clone> ByteLru<K, V> {
     /// Nothing while the total is within `budget`; past it, drops the least recently
     /// used entries until the total is within [`LOW_WATER`] of `budget`, sparing the
     /// most recently used one unless it alone is over `budget`.
-    pub fn evict(&mut self, budget: usize) {
+    pub(crate) fn evict(&mut self, budget: usize) {
         if self.used <= budget {
             return;
         }
@@ -146,11 +151,11 @@ impl<K: Copy + Eq + Hash, V: Clone> ByteLru<K, V> {
     }
 
     /// The bytes held, bookkeeping included.
-    pub fn used(&self) -> usize {
+    pub(crate) fn used(&self) -> usize {
         self.used
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.slots.len()
     }
 }

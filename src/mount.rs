@@ -41,7 +41,7 @@ const READY_LINE: &str = "ready";
 /// How long a daemon waits for its own mount to answer before giving up.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// The filesystem type shown in `/proc/mounts` (`fuse.litanyfs`).
-pub const SUBTYPE: &str = "litanyfs";
+pub(crate) const SUBTYPE: &str = "litanyfs";
 /// Threads serving requests unless `--threads` says otherwise: enough that a slow request
 /// (a big page, a git lookup) leaves others to answer the rest.
 pub const DEFAULT_THREADS: usize = 4;
@@ -128,7 +128,7 @@ impl Default for MountOptions {
 impl MountOptions {
     /// The options parsed from `litanyfs mount` arguments (without the program name and
     /// the positionals).
-    pub fn parse_args<I, T>(args: I) -> Result<Self, clap::Error>
+    pub(crate) fn parse_args<I, T>(args: I) -> Result<Self, clap::Error>
     where
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
@@ -142,7 +142,7 @@ impl MountOptions {
     /// listing each option that differs from its default. The parent passes these to
     /// the daemon it starts. The destructuring names every field, so a new option does
     /// not compile until it is passed on.
-    pub fn to_args(&self) -> Vec<OsString> {
+    pub(crate) fn to_args(&self) -> Vec<OsString> {
         let Self {
             foreground,
             log_file,
@@ -315,7 +315,7 @@ pub fn mounted_type(mnt: &Path) -> Option<String> {
 
 /// What SOURCE `source` is, for a mount: a workspace, or a home of workspaces (a data
 /// root of litany's or yog's, or a directory that holds workspaces now).
-pub fn source_of(source: &Path) -> Result<Source, MountError> {
+pub(crate) fn source_of(source: &Path) -> Result<Source, MountError> {
     let abs = std::fs::canonicalize(source)
         .map_err(|e| MountError::Workspace(WorkspaceError::Io(source.to_path_buf(), e)))?;
     let classified = crate::home::classify(&abs);
@@ -342,7 +342,7 @@ pub fn source_of(source: &Path) -> Result<Source, MountError> {
 
 /// Checks the source and the mountpoint, clearing a stale mount left by a killed
 /// daemon. Returns what the source is and the absolute mountpoint.
-pub fn preflight(source: &Path, mnt: &Path) -> Result<(Source, PathBuf), MountError> {
+pub(crate) fn preflight(source: &Path, mnt: &Path) -> Result<(Source, PathBuf), MountError> {
     let source = source_of(source)?;
     let mnt = absolute(mnt)?;
     if mounted_type(&mnt).is_some() {
@@ -411,7 +411,7 @@ pub fn log_dir() -> Result<PathBuf, MountError> {
 
 /// Where a background daemon logs when `--log-file` is not given: a file in [`log_dir`]
 /// named after the mountpoint.
-pub fn default_log_file(mnt: &Path) -> Result<PathBuf, MountError> {
+pub(crate) fn default_log_file(mnt: &Path) -> Result<PathBuf, MountError> {
     let name: String = mnt
         .to_string_lossy()
         .trim_start_matches('/')

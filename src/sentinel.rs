@@ -37,7 +37,7 @@ static DAEMON_END: OnceLock<io::PipeWriter> = OnceLock::new();
 
 /// Starts the sentinel of the mount at `mnt`, which this process serves. It is left to
 /// run alone (its parent exits at once), so nothing here has to reap it.
-pub fn start(mnt: &Path) -> io::Result<()> {
+pub(crate) fn start(mnt: &Path) -> io::Result<()> {
     // Both ends close-on-exec: only the sentinel is given the read end.
     let (read, write) = io::pipe()?;
     let mut cmd = process::detached_self(Some(read.as_raw_fd()));
@@ -70,7 +70,7 @@ pub fn run_if_called() -> Option<ExitCode> {
 
 /// The sentinel itself: waits for the daemon's end of the pipe `fd` to close, then
 /// detaches the mount at `mnt` if its connection is dead.
-pub fn watch(fd: RawFd, mnt: &Path) -> ExitCode {
+pub(crate) fn watch(fd: RawFd, mnt: &Path) -> ExitCode {
     // SAFETY: F_GETFD only checks that the descriptor exists.
     if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
         log::error!("sentinel of {}: no pipe at descriptor {fd}", mnt.display());

@@ -48,7 +48,7 @@ const REFS_MASK: u32 = libc::IN_CREATE
 
 /// A change the view must reflect.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// Entry `name` of backing directory `dir` (workspace-relative) was created, removed
     /// or replaced (`renamed`: the directory's names changed), or written or had its
     /// attributes changed (only the entry itself changed).
@@ -143,7 +143,7 @@ impl ByWd {
     }
 }
 
-pub struct Watcher {
+pub(crate) struct Watcher {
     inotify: Inotify,
     /// An eventfd that [`Watcher::close`] signals, so that a reader blocked in
     /// [`Watcher::read_changes`] returns (a workspace's tree being closed).
@@ -162,7 +162,7 @@ pub struct Watcher {
 pub const WATCH_LIMIT_SYSCTL: &str = "/proc/sys/fs/inotify/max_user_watches";
 
 impl Watcher {
-    pub fn new(repo_dir: &Path) -> io::Result<Self> {
+    pub(crate) fn new(repo_dir: &Path) -> io::Result<Self> {
         // SAFETY: eventfd takes no pointers; a valid descriptor is owned at once below.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -199,7 +199,7 @@ impl Watcher {
     /// Watches backing directory `rel`, if it is not watched yet. True when it is watched
     /// (so answers about its entries may be cached for long); false when it could not be
     /// (the watch limit, or the directory is gone), and the caller must not cache long.
-    pub fn watch_backing(&self, backing: &Backing, rel: &SharedPath) -> bool {
+    pub(crate) fn watch_backing(&self, backing: &Backing, rel: &SharedPath) -> bool {
         if self.backing.lock().contains(rel) {
             return true;
         }
@@ -213,7 +213,7 @@ impl Watcher {
     /// [`Watcher::watch_backing`] for directory `rel`, an entry of the directory `parent`
     /// is open on (resolved beneath the root: the listing `rel` was found in), reached
     /// from it in one call instead of a walk from the root.
-    pub fn watch_entry(&self, parent: &impl AsRawFd, rel: &SharedPath) -> bool {
+    pub(crate) fn watch_entry(&self, parent: &impl AsRawFd, rel: &SharedPath) -> bool {
         if self.backing.lock().contains(rel) {
             return true;
         }
@@ -260,13 +260,13 @@ impl Watcher {
     }
 
     /// Whether backing directory `rel` is watched.
-    pub fn is_watched(&self, rel: &SharedPath) -> bool {
+    pub(crate) fn is_watched(&self, rel: &SharedPath) -> bool {
         self.backing.lock().contains(rel)
     }
 
     /// Ends the watch: a [`Watcher::read_changes`] blocked now or called later returns
     /// [`io::ErrorKind::BrokenPipe`] at once, and [`Watcher::is_closed`] says why.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to our eventfd (a full counter, EAGAIN,
@@ -281,12 +281,12 @@ impl Watcher {
     }
 
     /// Whether [`Watcher::close`] was called.
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
 
     /// Blocks until events arrive and returns what they mean; `BrokenPipe` once closed.
-    pub fn read_changes(&self) -> io::Result<Vec<Change>> {
+    pub(crate) fn read_changes(&self) -> io::Result<Vec<Change>> {
         let closed = || io::Error::new(io::ErrorKind::BrokenPipe, "the watch was closed");
         let mut fds = [
             libc::pollfd {

@@ -47,37 +47,37 @@ use crate::workspace::backing::for_each_name;
 
 /// How many processes one close may look at (the candidates and their descendants):
 /// a bound on what a close costs in a machine full of processes.
-pub const MAX_PROCESSES: usize = 256;
+pub(crate) const MAX_PROCESSES: usize = 256;
 
 /// A task, as the witness saw it at a close.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Task {
-    pub tid: u32,
+pub(crate) struct Task {
+    pub(crate) tid: u32,
     /// Set when the task is exiting.
-    pub exit: Option<Exiting>,
+    pub(crate) exit: Option<Exiting>,
 }
 
 /// An exiting task: its thread group, how it ends, and when it started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Exiting {
-    pub tgid: u32,
-    pub how: Exit,
+pub(crate) struct Exiting {
+    pub(crate) tgid: u32,
+    pub(crate) how: Exit,
     /// Its start time ([`Witness::start_time`]), read with its exit code.
-    pub start: Option<u64>,
+    pub(crate) start: Option<u64>,
 }
 
 /// A process found holding a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Holder {
-    pub pid: u32,
+pub(crate) struct Holder {
+    pub(crate) pid: u32,
     /// Every descriptor it has on the file is close-on-exec: a child between its `fork`
     /// and its `exec` (another thread's `posix_spawn`) holds the file so for a moment.
-    pub close_on_exec: bool,
+    pub(crate) close_on_exec: bool,
 }
 
 /// How an exiting task ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exit {
+pub(crate) enum Exit {
     /// `exit(2)` with this status.
     Status(i32),
     /// Killed by this signal.
@@ -86,7 +86,7 @@ pub enum Exit {
 
 impl Exit {
     /// The kernel's `exit_code`: a signal in the low seven bits, else a status above.
-    pub fn from_code(code: i32) -> Self {
+    pub(crate) fn from_code(code: i32) -> Self {
         match code & 0x7f {
             0 => Exit::Status((code >> 8) & 0xff),
             sig => Exit::Signal(sig),
@@ -96,7 +96,7 @@ impl Exit {
 
 /// Reads `/proc` (or a stand-in, in tests) for the facts a close decides on.
 #[derive(Debug)]
-pub struct Witness {
+pub(crate) struct Witness {
     proc: PathBuf,
     mountpoint: PathBuf,
     /// The mount id of the mount, found in `mountinfo` at first use (it exists only
@@ -106,7 +106,7 @@ pub struct Witness {
 
 impl Witness {
     /// The witness for the mount at `mountpoint` (absolute), reading the real `/proc`.
-    pub fn new(mountpoint: &Path) -> Self {
+    pub(crate) fn new(mountpoint: &Path) -> Self {
         Witness {
             proc: PathBuf::from("/proc"),
             mountpoint: mountpoint.to_path_buf(),
@@ -115,7 +115,7 @@ impl Witness {
     }
 
     /// A witness reading a stand-in for `/proc`, for a mount of id `mount_id`.
-    pub fn with_proc(proc: &Path, mount_id: u64) -> Self {
+    pub(crate) fn with_proc(proc: &Path, mount_id: u64) -> Self {
         let id = OnceLock::new();
         let _ = id.set(Some(mount_id));
         Witness {
@@ -142,7 +142,7 @@ impl Witness {
     }
 
     /// The thread group (process) of thread `tid`; itself when it is gone.
-    pub fn tgid(&self, tid: u32) -> u32 {
+    pub(crate) fn tgid(&self, tid: u32) -> u32 {
         read_small(&self.proc.join(tid.to_string()).join("status"))
             .and_then(|status| {
                 status
@@ -155,7 +155,7 @@ impl Witness {
     /// Thread `tid` as it is now, or `None` when it is gone. Whether it is exiting is
     /// read from `statm` (all zeros once the address space is gone), the cheapest file
     /// that says; only an exiting task's group and exit code are read.
-    pub fn task(&self, tid: u32) -> Option<Task> {
+    pub(crate) fn task(&self, tid: u32) -> Option<Task> {
         let dir = self.proc.join(tid.to_string());
         let statm = read_small(&dir.join("statm"))?;
         if statm.split(|b| b.is_ascii_whitespace()).next() != Some(b"0") {
@@ -183,7 +183,7 @@ impl Witness {
     /// served comes from (an exec first waits for every other thread of its group to
     /// exit, and that thread cannot before it is answered), or a thread of the group of
     /// an exiting closer being served (the same argument as for its exit code).
-    pub fn start_time(&self, tid: u32) -> Option<u64> {
+    pub(crate) fn start_time(&self, tid: u32) -> Option<u64> {
         start_time(&read_small(&self.proc.join(tid.to_string()).join("stat"))?)
     }
 
@@ -193,7 +193,7 @@ impl Witness {
     /// file table is going away: an exiting closer). The candidates are looked at
     /// first, then their descendants, breadth first; the walk stops at the first holder
     /// for which `enough` says so (one holder is all a close needs to wait).
-    pub fn holders(
+    pub(crate) fn holders(
         &self,
         ino: u64,
         candidates: &[u32],
@@ -467,7 +467,7 @@ pub(crate) mod fake {
 
     /// A process `pid` (one thread), with an address space unless `exit_code` is given,
     /// descriptors `(fd, flags, mount, ino)` and children.
-    pub fn process(
+    pub(crate) fn process(
         proc: &Path,
         pid: u32,
         exit_code: Option<i32>,
@@ -514,7 +514,7 @@ pub(crate) mod fake {
     }
 
     /// Sets when task `tid` started (its `stat` field 22; [`process`] writes 22).
-    pub fn started(proc: &Path, tid: u32, start: u64) -> io::Result<()> {
+    pub(crate) fn started(proc: &Path, tid: u32, start: u64) -> io::Result<()> {
         let path = proc.join(tid.to_string()).join("stat");
         let stat = fs::read_to_string(&path)?;
         let close = stat.rfind(')').unwrap_or(0);
@@ -528,7 +528,7 @@ pub(crate) mod fake {
 
     /// Makes `tid` a thread of process `tgid` (its `status` says so), started at `start`,
     /// with an address space: an id reused by another process's thread.
-    pub fn thread(proc: &Path, tid: u32, tgid: u32, start: u64) -> io::Result<()> {
+    pub(crate) fn thread(proc: &Path, tid: u32, tgid: u32, start: u64) -> io::Result<()> {
         process(proc, tid, None, &[], &[])?;
         let dir = proc.join(tid.to_string());
         fs::write(
@@ -554,9 +554,9 @@ mod tests {
 
     mod tempdir {
         /// A directory removed when dropped.
-        pub struct Dir(std::path::PathBuf);
+        pub(crate) struct Dir(std::path::PathBuf);
         impl Dir {
-            pub fn new() -> Self {
+            pub(crate) fn new() -> Self {
                 use std::sync::atomic::{AtomicU32, Ordering};
                 static N: AtomicU32 = AtomicU32::new(0);
                 let p = std::env::temp_dir().join(format!(
@@ -567,7 +567,7 @@ mod tests {
                 std::fs::create_dir_all(&p).unwrap();
                 Dir(p)
             }
-            pub fn path(&self) -> &std::path::Path {
+            pub(crate) fn path(&self) -> &std::path::Path {
                 &self.0
             }
         }

@@ -33,27 +33,27 @@ use crate::workspace::steps::DRIVER_LOG;
 /// The model every step of the sample calls, as `providers.yaml` names it.
 const MODEL: &str = "claude-sonnet-5";
 /// litany's shipped `tool_output` bound (CONTRACT §5.1): head and tail bytes.
-pub const HEAD_BYTES: usize = 2048;
-pub const TAIL_BYTES: usize = 2048;
+pub(crate) const HEAD_BYTES: usize = 2048;
+pub(crate) const TAIL_BYTES: usize = 2048;
 
 /// An agent of the sample.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Agent {
-    pub id: String,
-    pub name: &'static str,
+pub(crate) struct Agent {
+    pub(crate) id: String,
+    pub(crate) name: &'static str,
 }
 
 /// One sample workspace: who is in it and when it happened.
 #[derive(Debug, Clone)]
 pub struct Sample {
     /// When it was built (seconds since the epoch): everything happened minutes before.
-    pub now: i64,
+    pub(crate) now: i64,
     /// BoulderThunder: the root the tour follows.
-    pub root: Agent,
+    pub(crate) root: Agent,
     /// PeachHollow: its child, returned.
-    pub child: Agent,
+    pub(crate) child: Agent,
     /// CopperLantern: a root whose tool call is held.
-    pub held: Agent,
+    pub(crate) held: Agent,
 }
 
 /// The compact UTC time an id starts with (CONTRACT §2.2).
@@ -116,17 +116,17 @@ impl Sample {
     }
 
     /// The record of the root's `seq 1 3000`, workspace-relative.
-    pub fn seq_record(&self) -> String {
+    pub(crate) fn seq_record(&self) -> String {
         format!("steps/{}/001/tools/{SEQ_TOOL}/output.json", self.root.id)
     }
 
     /// The continuation address litany printed for that record's cut stdout.
-    pub fn seq_address(&self) -> String {
+    pub(crate) fn seq_address(&self) -> String {
         format!("{}#stdout@{HEAD_BYTES}", self.seq_record())
     }
 
     /// The name of the child's result in the root's inbox.
-    pub fn result_file(&self) -> String {
+    pub(crate) fn result_file(&self) -> String {
         format!("{}-001.md", self.child.id)
     }
 }
@@ -140,7 +140,7 @@ fn seq_output() -> String {
 /// [`HEAD_BYTES`], a newline if the head did not end in one, the marker line with the
 /// continuation address of `record`, then the last [`TAIL_BYTES`]; the stream itself
 /// when it is not longer than both.
-pub fn bound(stream: &str, label: &str, record: &str) -> String {
+pub(crate) fn bound(stream: &str, label: &str, record: &str) -> String {
     let bytes = stream.as_bytes();
     if bytes.len() <= HEAD_BYTES + TAIL_BYTES {
         return stream.to_string();

@@ -10,7 +10,7 @@ use super::{SEQ_TOOL, Sample};
 #[derive(Debug, Clone)]
 pub struct Stop {
     pub command: String,
-    pub says: &'static str,
+    pub(crate) says: &'static str,
     pub refused: bool,
 }
 

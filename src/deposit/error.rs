@@ -57,7 +57,7 @@ impl DepositError {
 
     /// The errno to answer the file operation with; `None` for [`Self::Empty`], which
     /// the caller treats as success (nothing was deposited, nothing went wrong).
-    pub fn errno(&self) -> Option<i32> {
+    pub(crate) fn errno(&self) -> Option<i32> {
         Some(match self {
             Self::Empty => return None,
             Self::TooLarge { .. } => libc::EFBIG,

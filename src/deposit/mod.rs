@@ -26,13 +26,13 @@
 //! The deposit's name is litany's, never the one the writer chose: the created file is a
 //! staging handle, and the message appears as `<sender>-<NNN>.md` ([`Published::name`]).
 
-pub mod error;
-pub mod guard;
-pub mod publish;
-pub mod render;
-pub mod spare;
+pub(crate) mod error;
+pub(crate) mod guard;
+pub(crate) mod publish;
+pub(crate) mod render;
+pub(crate) mod spare;
 pub mod validate;
-pub mod wake;
+pub(crate) mod wake;
 
 #[cfg(test)]
 mod tests;
@@ -44,15 +44,15 @@ use std::sync::Arc;
 use git2::Repository;
 use parking_lot::Mutex;
 
-pub use error::DepositError;
-pub use guard::{Guard, GuardOptions, OnRedeposit};
-pub use publish::{MAX_ATTEMPTS, Published, publish};
-pub use render::{render, sender_name, sender_name_at};
-pub use spare::Spares;
-pub use validate::{
+pub(crate) use error::DepositError;
+pub(crate) use guard::{Guard, GuardOptions, OnRedeposit};
+pub(crate) use publish::{MAX_ATTEMPTS, Published, publish};
+pub(crate) use render::{render, sender_name, sender_name_at};
+pub(crate) use spare::Spares;
+pub(crate) use validate::{
     DEFAULT_MAX_MESSAGE_BYTES, check_content, check_len, check_recipient, check_sender,
 };
-pub use wake::{Later, Wake, Waker, executor_busy, find_harness, launch};
+pub(crate) use wake::{Later, Wake, Waker, executor_busy, find_harness, launch};
 
 use crate::workspace::Workspace;
 
@@ -112,8 +112,8 @@ impl Default for Options {
 /// A message that now sits in the recipient's inbox, and what was done to deliver it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Deposited {
-    pub published: Published,
-    pub wake: Wake,
+    pub(crate) published: Published,
+    pub(crate) wake: Wake,
 }
 
 /// The deposit engine of one workspace.
@@ -182,22 +182,22 @@ impl Depositor {
     }
 
     /// The configured size limit.
-    pub fn max_message_bytes(&self) -> usize {
+    pub(crate) fn max_message_bytes(&self) -> usize {
         self.max
     }
 
     /// `Err(TooLarge)` once a message being written reaches `len` bytes past the limit.
-    pub fn check_len(&self, len: u64) -> Result<(), DepositError> {
+    pub(crate) fn check_len(&self, len: u64) -> Result<(), DepositError> {
         check_len(len, self.max)
     }
 
     /// Whether `recipient` can receive messages now (one component with an agent ref).
-    pub fn check_recipient(&self, recipient: &str) -> Result<(), DepositError> {
+    pub(crate) fn check_recipient(&self, recipient: &str) -> Result<(), DepositError> {
         check_recipient(&self.repo.lock(), recipient)
     }
 
     /// Whether `sender` may stamp deposits: `user`, or an existing agent's id.
-    pub fn check_sender(&self, sender: &str) -> Result<(), DepositError> {
+    pub(crate) fn check_sender(&self, sender: &str) -> Result<(), DepositError> {
         check_sender(&self.repo.lock(), sender)
     }
 
@@ -237,11 +237,11 @@ impl Depositor {
     }
 
     /// The guard, when it runs.
-    pub fn guard(&self) -> Option<&Guard> {
+    pub(crate) fn guard(&self) -> Option<&Guard> {
         self.guard.as_ref()
     }
 
-    pub fn waker(&self) -> &Waker {
+    pub(crate) fn waker(&self) -> &Waker {
         &self.waker
     }
 }

@@ -36,28 +36,28 @@ use crate::workspace::ids::is_component;
 use crate::workspace::inbox::{message_filename, next_sequence};
 
 /// How many names a publish tries before giving up with [`DepositError::Contended`].
-pub const MAX_ATTEMPTS: u32 = 64;
+pub(crate) const MAX_ATTEMPTS: u32 = 64;
 /// Prefix of the fallback temp file; the leading dot keeps it out of every drain.
-pub const TEMP_PREFIX: &str = ".litanyfs-";
+pub(crate) const TEMP_PREFIX: &str = ".litanyfs-";
 /// Suffix of the fallback temp file.
-pub const TEMP_SUFFIX: &str = ".tmp";
+pub(crate) const TEMP_SUFFIX: &str = ".tmp";
 
 /// A deposit that now exists under its final name.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Published {
+pub(crate) struct Published {
     /// `<sender>-<NNN>.md`.
-    pub name: String,
+    pub(crate) name: String,
     /// `<ws>/inbox/<id>/<name>`.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Device and inode of the published file: its identity while the name is reused.
-    pub dev: u64,
-    pub ino: u64,
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
 }
 
 /// Publishes `body` from `sender` into `<root>/inbox/<recipient>/` (creating the
 /// directories as litany does) and returns what it became. `sender` and `recipient` must
 /// already be validated; `body` is the full rendered message.
-pub fn publish(
+pub(crate) fn publish(
     root: &Path,
     recipient: &str,
     sender: &str,

@@ -21,7 +21,12 @@ use crate::workspace::inbox::FRONTMATTER_DELIMITER as DELIMITER;
 
 /// The deposit body: litany's frontmatter (`from`, optional `from_name`, `deposited_at`)
 /// followed by `content` verbatim.
-pub fn render(sender: &str, from_name: Option<&str>, deposited_at: &str, content: &str) -> Vec<u8> {
+pub(crate) fn render(
+    sender: &str,
+    from_name: Option<&str>,
+    deposited_at: &str,
+    content: &str,
+) -> Vec<u8> {
     let named = from_name.map(|n| format!("from_name: {n}\n"));
     let mut out = String::with_capacity(64 + content.len());
     out.push_str(DELIMITER);
@@ -40,7 +45,7 @@ pub fn render(sender: &str, from_name: Option<&str>, deposited_at: &str, content
 /// The `from_name:` of a deposit by `sender`: the trimmed `name` file at the tip of
 /// `refs/heads/agents/<sender>`, or `None` for `user`, an unnamed agent, a sender with no
 /// ref, or a name that would not stay on its line.
-pub fn sender_name(repo: &Repository, sender: &str) -> Option<String> {
+pub(crate) fn sender_name(repo: &Repository, sender: &str) -> Option<String> {
     if sender == USER_SENDER {
         return None;
     }
@@ -64,7 +69,7 @@ pub fn sender_name(repo: &Repository, sender: &str) -> Option<String> {
 }
 
 /// [`sender_name`] for the workspace whose bare repository is `repo_dir`.
-pub fn sender_name_at(repo_dir: &std::path::Path, sender: &str) -> Option<String> {
+pub(crate) fn sender_name_at(repo_dir: &std::path::Path, sender: &str) -> Option<String> {
     if sender == USER_SENDER {
         return None;
     }

@@ -33,7 +33,7 @@ use crate::workspace::INBOX_DIR;
 use crate::workspace::backing::{cstring, fstat, open_beneath, open_root};
 
 /// How many spare files are kept ready.
-pub const SPARES: usize = 8;
+pub(crate) const SPARES: usize = 8;
 
 /// A spare file and the device it lives on.
 pub(crate) struct Spare {
@@ -42,7 +42,7 @@ pub(crate) struct Spare {
 }
 
 /// Keeps [`SPARES`] unnamed files ready in `<root>/inbox/` (module docs).
-pub struct Spares {
+pub(crate) struct Spares {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
 }
@@ -61,7 +61,7 @@ struct State {
 
 impl Spares {
     /// Starts the thread that makes spares for the workspace at `root`.
-    pub fn start(root: &Path) -> io::Result<Self> {
+    pub(crate) fn start(root: &Path) -> io::Result<Self> {
         let shared = Arc::new(Shared {
             root: root.to_path_buf(),
             state: Mutex::new(State::default()),
@@ -88,7 +88,7 @@ impl Spares {
     }
 
     /// How many are ready (for tests).
-    pub fn ready(&self) -> usize {
+    pub(crate) fn ready(&self) -> usize {
         self.shared.state.lock().ready.len()
     }
 }

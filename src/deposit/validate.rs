@@ -16,11 +16,11 @@ use crate::workspace::inbox::USER_SENDER;
 use crate::workspace::refs::agent_ref;
 
 /// The default largest message litanyfs deposits: 1 MiB of content.
-pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 20;
+pub(crate) const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 20;
 
 /// Checks a message's length alone, so a writer can be refused (`EFBIG`) as soon as a
 /// `write(2)` would carry the file past `max`.
-pub fn check_len(len: u64, max: usize) -> Result<(), DepositError> {
+pub(crate) fn check_len(len: u64, max: usize) -> Result<(), DepositError> {
     let max = max as u64;
     if len > max {
         return Err(DepositError::TooLarge { len, max });
@@ -29,7 +29,7 @@ pub fn check_len(len: u64, max: usize) -> Result<(), DepositError> {
 }
 
 /// The content as text, if it is depositable: within `max` bytes, non-empty, UTF-8.
-pub fn check_content(content: &[u8], max: usize) -> Result<&str, DepositError> {
+pub(crate) fn check_content(content: &[u8], max: usize) -> Result<&str, DepositError> {
     check_len(content.len() as u64, max)?;
     if content.is_empty() {
         return Err(DepositError::Empty);
@@ -50,7 +50,7 @@ pub fn sender_shape_ok(sender: &str) -> bool {
 }
 
 /// `user`, or an agent id with a ref.
-pub fn check_sender(repo: &Repository, sender: &str) -> Result<(), DepositError> {
+pub(crate) fn check_sender(repo: &Repository, sender: &str) -> Result<(), DepositError> {
     if !sender_shape_ok(sender) {
         return Err(DepositError::BadSender(sender.to_string()));
     }
@@ -62,7 +62,7 @@ pub fn check_sender(repo: &Repository, sender: &str) -> Result<(), DepositError>
 }
 
 /// One path component with a ref (litany's `require_agent_id` then `require_agent`).
-pub fn check_recipient(repo: &Repository, id: &str) -> Result<(), DepositError> {
+pub(crate) fn check_recipient(repo: &Repository, id: &str) -> Result<(), DepositError> {
     if !is_component(id) {
         return Err(DepositError::BadRecipient(id.to_string()));
     }
@@ -74,7 +74,7 @@ pub fn check_recipient(repo: &Repository, id: &str) -> Result<(), DepositError> 
 }
 
 /// Whether `refs/heads/agents/<id>` exists. A name git refuses as a ref is no agent.
-pub fn agent_exists(repo: &Repository, id: &str) -> Result<bool, DepositError> {
+pub(crate) fn agent_exists(repo: &Repository, id: &str) -> Result<bool, DepositError> {
     let refname = agent_ref(id);
     match repo.find_reference(&refname) {
         Ok(_) => Ok(true),

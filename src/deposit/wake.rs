@@ -54,13 +54,13 @@ use crate::workspace::steps::DRIVER_LOG;
 use crate::workspace::{INBOX_DIR, STEPS_DIR};
 
 /// The harness binary searched for on `PATH` when none is configured.
-pub const HARNESS_BIN: &str = "litany";
+pub(crate) const HARNESS_BIN: &str = "litany";
 /// The lock baton a successor adopts; a launched driver must acquire, never adopt.
-pub const LOCK_FD_ENV: &str = "LITANY_LOCK_FD";
+pub(crate) const LOCK_FD_ENV: &str = "LITANY_LOCK_FD";
 /// What a launched driver never inherits: litany's lock baton, and what is the daemon's
 /// alone (its readiness pipe; the service manager's notify socket, socket activation
 /// and watchdog, which would otherwise let a driver speak for the mount's unit).
-pub const PRIVATE_ENV: [&str; 8] = [
+pub(crate) const PRIVATE_ENV: [&str; 8] = [
     LOCK_FD_ENV,
     crate::process::READY_ENV,
     "NOTIFY_SOCKET",
@@ -71,13 +71,13 @@ pub const PRIVATE_ENV: [&str; 8] = [
     "WATCHDOG_USEC",
 ];
 /// Where a launched driver runs: nowhere the daemon's starter chose.
-pub const DRIVER_CWD: &str = "/";
+pub(crate) const DRIVER_CWD: &str = "/";
 /// Where the kernel lists every file lock.
-pub const PROC_LOCKS: &str = "/proc/locks";
+pub(crate) const PROC_LOCKS: &str = "/proc/locks";
 
 /// What happened after a deposit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Wake {
+pub(crate) enum Wake {
     /// Nobody held the lock; `advance` was launched (its pid).
     Launched { pid: u32 },
     /// An executor holds the lock and will drain at its next step boundary, or launch
@@ -97,7 +97,7 @@ pub enum Wake {
 /// working directory of the moment), else the first executable `litany` in an absolute
 /// entry of `PATH`. Relative entries (`.`, `bin`, an empty one) are skipped: they name
 /// wherever the process happens to be.
-pub fn find_harness(explicit: Option<&Path>) -> Option<PathBuf> {
+pub(crate) fn find_harness(explicit: Option<&Path>) -> Option<PathBuf> {
     if let Some(p) = explicit {
         return std::path::absolute(p).ok();
     }
@@ -138,7 +138,7 @@ fn harness_on(path: &std::ffi::OsStr) -> Option<PathBuf> {
 ///   `st_dev` differs from the superblock's (btrfs subvolumes, some overlays). "Free"
 ///   costs one redundant `advance` that loses the acquire and exits as a no-op; it never
 ///   costs a delivery. A lock seen held is always a real `FLOCK` on this very inode.
-pub fn executor_busy(inbox: &Path) -> io::Result<bool> {
+pub(crate) fn executor_busy(inbox: &Path) -> io::Result<bool> {
     let meta = std::fs::metadata(inbox)?;
     let dev = meta.dev();
     let locks = std::fs::read_to_string(PROC_LOCKS)?;
@@ -237,7 +237,7 @@ fn driver_command(harness: &Path, root: &Path, agent: &str, stderr: Stdio) -> Co
 /// Launches `<harness> advance -- <root> <agent>` detached and returns its pid. The
 /// caller never waits; a reaper thread collects the exit status. `agent` must be one path
 /// component (`EINVAL` otherwise).
-pub fn launch(harness: &Path, root: &Path, agent: &str) -> io::Result<u32> {
+pub(crate) fn launch(harness: &Path, root: &Path, agent: &str) -> io::Result<u32> {
     if !is_component(agent) {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
@@ -266,7 +266,7 @@ fn reap(mut child: Child) {
 }
 
 /// Wakes agents of one workspace after deposits: the lock read, then the launch.
-pub struct Waker {
+pub(crate) struct Waker {
     root: PathBuf,
     harness: Option<PathBuf>,
     warned: AtomicBool,
@@ -275,7 +275,7 @@ pub struct Waker {
 }
 
 /// What a [`Waker`] tells of each launch ([`Waker::on_launch`]).
-pub type OnLaunch = Box<dyn Fn(&str, u32) + Send + Sync>;
+pub(crate) type OnLaunch = Box<dyn Fn(&str, u32) + Send + Sync>;
 
 impl std::fmt::Debug for Waker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -289,7 +289,7 @@ impl std::fmt::Debug for Waker {
 impl Waker {
     /// `harness` as configured, else `litany` from `PATH` (resolved once, here, to an
     /// absolute path). The root is made absolute too: the driver runs in `/`.
-    pub fn new(root: &Path, harness: Option<&Path>) -> Self {
+    pub(crate) fn new(root: &Path, harness: Option<&Path>) -> Self {
         Self {
             root: std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf()),
             harness: find_harness(harness),
@@ -300,18 +300,18 @@ impl Waker {
 
     /// Has `hook` told of every driver launched from now on (once; a second hook is
     /// refused and logged).
-    pub fn on_launch(&self, hook: OnLaunch) {
+    pub(crate) fn on_launch(&self, hook: OnLaunch) {
         if self.on_launch.set(hook).is_err() {
             log::warn!("a launch hook is already set; the new one is ignored");
         }
     }
 
-    pub fn harness(&self) -> Option<&Path> {
+    pub(crate) fn harness(&self) -> Option<&Path> {
         self.harness.as_deref()
     }
 
     /// Launches a driver for `agent` unless an executor holds its lock.
-    pub fn wake(&self, agent: &str) -> Wake {
+    pub(crate) fn wake(&self, agent: &str) -> Wake {
         let Some(harness) = &self.harness else {
             if !self.warned.swap(true, Ordering::Relaxed) {
                 log::warn!(
@@ -351,7 +351,7 @@ impl Waker {
 }
 
 /// Wakes agents on a thread of its own (module docs).
-pub struct Later {
+pub(crate) struct Later {
     shared: Arc<LaterShared>,
     thread: Option<JoinHandle<()>>,
 }
@@ -370,7 +370,7 @@ struct LaterQueue {
 }
 
 impl Later {
-    pub fn new(waker: Arc<Waker>) -> io::Result<Self> {
+    pub(crate) fn new(waker: Arc<Waker>) -> io::Result<Self> {
         let shared = Arc::new(LaterShared {
             waker,
             queue: Mutex::new(LaterQueue::default()),
@@ -388,7 +388,7 @@ impl Later {
 
     /// Asks for `agent` to be woken. A request for it that has not started yet covers
     /// this one too: its lock check runs after this deposit was linked.
-    pub fn wake(&self, agent: &str) -> Wake {
+    pub(crate) fn wake(&self, agent: &str) -> Wake {
         let mut q = self.shared.queue.lock();
         if !q.agents.iter().any(|a| a == agent) {
             q.agents.push_back(agent.to_string());

@@ -10,11 +10,11 @@ use parking_lot::Mutex;
 use crate::tree::{Content, MAX_OPEN};
 
 /// What a file handle number stands for: an open file, read from its content.
-pub struct Handle {
-    pub content: Content,
+pub(crate) struct Handle {
+    pub(crate) content: Content,
     /// Keeps the inode's io mode (and for passthrough the kernel's reference to the
     /// backing file) while the handle is open; only held, never read.
-    pub _io: Option<Arc<Io>>,
+    pub(crate) _io: Option<Arc<Io>>,
 }
 
 /// How the kernel reads an inode that is open: straight from the backing file, or
@@ -24,13 +24,13 @@ pub struct Handle {
 /// is released, whatever the tree would choose for a later open (a record that grew
 /// past [`crate::tree::PASSTHROUGH_BYTES`] while held, or shrank below it). Every
 /// handle open on an inode shares one `Arc<Io>`.
-pub enum Io {
+pub(crate) enum Io {
     Passthrough(BackingId),
     Cached,
 }
 
 impl Io {
-    pub fn backing_id(&self) -> Option<&BackingId> {
+    pub(crate) fn backing_id(&self) -> Option<&BackingId> {
         match self {
             Io::Passthrough(id) => Some(id),
             Io::Cached => None,
@@ -48,7 +48,7 @@ struct Modes {
 }
 
 #[derive(Default)]
-pub struct Handles {
+pub(crate) struct Handles {
     next: AtomicU64,
     open: Mutex<HashMap<u64, Arc<Handle>>>,
     modes: Mutex<Modes>,
@@ -56,7 +56,7 @@ pub struct Handles {
 
 impl Handles {
     /// A new handle number for `h`; `None` when [`MAX_OPEN`] are open already.
-    pub fn insert(&self, h: Handle) -> Option<u64> {
+    pub(crate) fn insert(&self, h: Handle) -> Option<u64> {
         let mut open = self.open.lock();
         if open.len() >= MAX_OPEN {
             return None;
@@ -66,18 +66,18 @@ impl Handles {
         Some(fh)
     }
 
-    pub fn get(&self, fh: u64) -> Option<Arc<Handle>> {
+    pub(crate) fn get(&self, fh: u64) -> Option<Arc<Handle>> {
         self.open.lock().get(&fh).cloned()
     }
 
-    pub fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
+    pub(crate) fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
         self.open.lock().remove(&fh)
     }
 
     /// The io mode for a new open of `ino`'s backing file: the mode of the opens held on
     /// it, or else passthrough through a backing id from `make` when `passthrough` asks
     /// for it and `make` gives one, or else cached.
-    pub fn io(
+    pub(crate) fn io(
         &self,
         ino: u64,
         passthrough: bool,

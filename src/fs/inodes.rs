@@ -16,9 +16,9 @@ use crate::FastMap;
 use crate::tree::{Identity, Node};
 
 /// The root's inode number, fixed by the protocol.
-pub const ROOT_INO: u64 = 1;
+pub(crate) const ROOT_INO: u64 = 1;
 /// Where numbers that are not backing inode numbers start: above any a file system gives.
-pub const ALLOCATED_BASE: u64 = 1 << 63;
+pub(crate) const ALLOCATED_BASE: u64 = 1 << 63;
 
 /// One number the kernel references. A slot is three words (four with its key), and a
 /// large workspace's kernel holds hundreds of thousands: the node is shared (a clone of it is a count),
@@ -55,7 +55,7 @@ impl Inner {
     }
 }
 
-pub struct InodeTable {
+pub(crate) struct InodeTable {
     inner: Mutex<Inner>,
     /// The device whose inode numbers are used as they are.
     root_dev: Option<u64>,
@@ -69,7 +69,7 @@ impl Default for InodeTable {
 
 impl InodeTable {
     /// A table numbering backing files on `root_dev` by their own inode numbers.
-    pub fn new(root_dev: Option<u64>) -> Self {
+    pub(crate) fn new(root_dev: Option<u64>) -> Self {
         let mut slots = FastMap::default();
         slots.insert(
             ROOT_INO,
@@ -103,13 +103,13 @@ impl InodeTable {
     }
     /// The number for `identity`, counting one kernel lookup. `node` becomes the path by
     /// which the number is resolved from now on (a renamed backing file moves with it).
-    pub fn lookup(&self, identity: &Identity, node: &Node) -> u64 {
+    pub(crate) fn lookup(&self, identity: &Identity, node: &Node) -> u64 {
         self.insert(identity, node, 1)
     }
 
     /// The number for `identity` without counting a lookup: what a plain `readdir`
     /// reports. Such entries live until the kernel looks them up and forgets them.
-    pub fn peek_or_insert(&self, identity: &Identity, node: &Node) -> u64 {
+    pub(crate) fn peek_or_insert(&self, identity: &Identity, node: &Node) -> u64 {
         self.insert(identity, node, 0)
     }
 
@@ -161,7 +161,7 @@ impl InodeTable {
     }
 
     /// The node and identity behind `ino`, if the kernel still references it.
-    pub fn get(&self, ino: u64) -> Option<(Node, Identity)> {
+    pub(crate) fn get(&self, ino: u64) -> Option<(Node, Identity)> {
         let inner = self.inner.lock();
         let slot = inner.slots.get(&ino)?;
         let identity = match inner.identities.get(&ino) {
@@ -179,12 +179,12 @@ impl InodeTable {
 
     /// The allocated number `node` last resolved to, if the kernel may still hold it. A
     /// backing file's derived number is not found here: see [`InodeTable::known`].
-    pub fn ino_of(&self, node: &Node) -> Option<u64> {
+    pub(crate) fn ino_of(&self, node: &Node) -> Option<u64> {
         self.inner.lock().by_node.get(node).copied()
     }
 
     /// The number `identity` has, if the kernel references it now.
-    pub fn known(&self, identity: &Identity) -> Option<u64> {
+    pub(crate) fn known(&self, identity: &Identity) -> Option<u64> {
         let inner = self.inner.lock();
         let ino = self
             .derived(identity)
@@ -193,7 +193,7 @@ impl InodeTable {
     }
 
     /// Every number whose node `pick` picks, with the node.
-    pub fn nodes_where(&self, pick: impl Fn(&Node) -> bool) -> Vec<(u64, Node)> {
+    pub(crate) fn nodes_where(&self, pick: impl Fn(&Node) -> bool) -> Vec<(u64, Node)> {
         let inner = self.inner.lock();
         inner
             .slots
@@ -204,7 +204,7 @@ impl InodeTable {
     }
 
     /// The kernel forgot `n` lookups of `ino`; the entry goes when none remain.
-    pub fn forget(&self, ino: u64, n: u64) {
+    pub(crate) fn forget(&self, ino: u64, n: u64) {
         if ino == ROOT_INO {
             return;
         }

@@ -19,7 +19,7 @@ const INVALIDATION_PAUSE: Duration = Duration::from_millis(2);
 /// Turns the watcher's changes into kernel invalidations, on a thread of its own: an
 /// invalidation sent from inside a request handler can deadlock against the kernel.
 /// One per tree: a single mount's, or each workspace's of a home as it is opened.
-pub struct Invalidator {
+pub(crate) struct Invalidator {
     pub(super) state: Arc<State>,
     pub(super) tree: Arc<Tree>,
     /// Where the tree shows on a home mount: the kernel knows its nodes under it.
@@ -37,7 +37,7 @@ fn quiet(r: std::io::Result<()>) {
 }
 
 impl Invalidator {
-    pub fn spawn(self, notifier: Notifier) {
+    pub(crate) fn spawn(self, notifier: Notifier) {
         if self.tree.watcher().is_none() {
             return;
         }

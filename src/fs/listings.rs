@@ -16,16 +16,16 @@ use parking_lot::Mutex;
 use crate::tree::Child;
 
 /// The most listings kept at once.
-pub const MAX_LISTINGS: usize = 1024;
+pub(crate) const MAX_LISTINGS: usize = 1024;
 /// The most entries the kept listings hold together (about 200 bytes each); a single
 /// listing larger than this is still kept, alone.
-pub const MAX_LISTED_ENTRIES: usize = 128 * 1024;
+pub(crate) const MAX_LISTED_ENTRIES: usize = 128 * 1024;
 
 /// Whose listing a `readdir` continues: the directory's inode and the reading thread.
-pub type Reader = (u64, u32);
+pub(crate) type Reader = (u64, u32);
 
 #[derive(Default)]
-pub struct Listings {
+pub(crate) struct Listings {
     kept: Mutex<Kept>,
 }
 
@@ -40,7 +40,7 @@ struct Kept {
 
 impl Listings {
     /// The listing `reader` is reading, if it is still kept.
-    pub fn get(&self, reader: Reader) -> Option<Arc<Vec<Child>>> {
+    pub(crate) fn get(&self, reader: Reader) -> Option<Arc<Vec<Child>>> {
         self.kept
             .lock()
             .by_reader
@@ -50,7 +50,7 @@ impl Listings {
 
     /// Keeps `listing` for `reader`, letting the oldest others go to stay within the
     /// bounds.
-    pub fn keep(&self, reader: Reader, listing: Arc<Vec<Child>>) {
+    pub(crate) fn keep(&self, reader: Reader, listing: Arc<Vec<Child>>) {
         let mut k = self.kept.lock();
         k.remove(reader);
         while !k.by_reader.is_empty()
@@ -73,13 +73,13 @@ impl Listings {
     }
 
     /// `reader` read its listing to the end.
-    pub fn done(&self, reader: Reader) {
+    pub(crate) fn done(&self, reader: Reader) {
         self.kept.lock().remove(reader);
     }
 
     /// Listings and entries kept now.
     #[cfg(test)]
-    pub fn held(&self) -> (usize, usize) {
+    pub(crate) fn held(&self) -> (usize, usize) {
         let k = self.kept.lock();
         (k.by_reader.len(), k.entries)
     }

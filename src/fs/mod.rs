@@ -11,8 +11,8 @@ mod inodes;
 mod invalidate;
 mod listings;
 
-pub use inodes::ROOT_INO;
-pub use invalidate::Invalidator;
+pub(crate) use inodes::ROOT_INO;
+pub(crate) use invalidate::Invalidator;
 
 use std::ffi::OsStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -57,7 +57,7 @@ const WANTED: [InitFlags; 4] = [
 ];
 
 /// The adapter's state, shared by the request threads and the [`Invalidator`].
-pub struct State {
+pub(crate) struct State {
     /// What the mount serves: one workspace's tree, or a home of many.
     space: Space,
     inodes: InodeTable,
@@ -73,7 +73,7 @@ pub struct State {
 
 /// The adapter; a clone is another handle on the same state.
 #[derive(Clone)]
-pub struct Fs {
+pub(crate) struct Fs {
     state: Arc<State>,
 }
 
@@ -115,7 +115,7 @@ fn answer_close(reply: ReplyEmpty, r: Result<(), TreeError>) {
 
 /// The most closes waiting for spawned children at once, each on a thread of its own
 /// ([`State::wait_for_spawns`]).
-pub const MAX_SPAWN_WAITS: usize = 64;
+pub(crate) const MAX_SPAWN_WAITS: usize = 64;
 
 fn file_type(kind: Kind) -> FileType {
     match kind {
@@ -126,7 +126,7 @@ fn file_type(kind: Kind) -> FileType {
 }
 
 impl Fs {
-    pub fn new(space: Space) -> Self {
+    pub(crate) fn new(space: Space) -> Self {
         let root_dev = std::fs::metadata(space.root()).ok().map(|m| {
             use std::os::unix::fs::MetadataExt;
             m.dev()
@@ -150,7 +150,7 @@ impl Fs {
     /// Workspace `ws` of a home has gone: the kernel forgets its entry and every inode
     /// under it, so nothing is served from its cache (on a thread of its own: an
     /// invalidation sent from a request handler can deadlock against the kernel).
-    pub fn forget_workspace(&self, ws: crate::home::WsKey, notifier: fuser::Notifier) {
+    pub(crate) fn forget_workspace(&self, ws: crate::home::WsKey, notifier: fuser::Notifier) {
         let state = self.state.clone();
         let run = move || {
             let mine = |n: &Node| {
@@ -187,7 +187,11 @@ impl Fs {
     /// The part that turns changes on disk in `tree` into kernel invalidations; start it
     /// with the session's notifier once the session exists. `ws`: where the tree shows on
     /// a home mount.
-    pub fn invalidator(&self, tree: Arc<Tree>, ws: Option<crate::home::WsKey>) -> Invalidator {
+    pub(crate) fn invalidator(
+        &self,
+        tree: Arc<Tree>,
+        ws: Option<crate::home::WsKey>,
+    ) -> Invalidator {
         Invalidator {
             state: self.state.clone(),
             tree,

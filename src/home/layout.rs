@@ -21,18 +21,18 @@ use std::path::{Path, PathBuf};
 use crate::workspace::REPO_DIR;
 
 /// litany's override of its data root (and config root): `LITANY_HOME`.
-pub const LITANY_HOME_ENV: &str = "LITANY_HOME";
+pub(crate) const LITANY_HOME_ENV: &str = "LITANY_HOME";
 /// Where `litany new` puts a workspace under a data root, and yog its named ones.
-pub const WORKSPACES_DIR: &str = "workspaces";
+pub(crate) const WORKSPACES_DIR: &str = "workspaces";
 /// Where `litany replay` restores archives under a data root.
-pub const REPLAYS_DIR: &str = "replays";
+pub(crate) const REPLAYS_DIR: &str = "replays";
 /// yog's embedded litany home, under yog's data root.
-pub const YOG_WORLD_DIR: &str = "world/litany";
+pub(crate) const YOG_WORLD_DIR: &str = "world/litany";
 /// The mount directory of the workspaces yog's world creates.
-pub const WORLD_SHELF: &str = "world";
+pub(crate) const WORLD_SHELF: &str = "world";
 
 /// The shelf directory names a home shows, as the one static string each is.
-pub fn shelf_name(at: &str) -> &'static str {
+pub(crate) fn shelf_name(at: &str) -> &'static str {
     match at {
         WORLD_SHELF => WORLD_SHELF,
         _ => REPLAYS_DIR,
@@ -43,11 +43,11 @@ pub fn shelf_name(at: &str) -> &'static str {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shelf {
     /// The backing directory (absolute).
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// The mount-relative directory showing its workspaces: `None` for the root.
-    pub at: Option<&'static str>,
+    pub(crate) at: Option<&'static str>,
     /// Replays: read-only in spirit, so deposits there are refused.
-    pub read_only: bool,
+    pub(crate) read_only: bool,
 }
 
 /// What a SOURCE is.
@@ -60,13 +60,13 @@ pub enum Source {
 }
 
 /// Whether `dir` is a workspace: it holds a bare `repo.git`.
-pub fn is_workspace(dir: &Path) -> bool {
+pub(crate) fn is_workspace(dir: &Path) -> bool {
     dir.join(REPO_DIR).is_dir()
 }
 
 /// A child name that is never a workspace of a home: a dot name is private or a
 /// workspace being created (`.<name>.yog-tmp-<pid>`, renamed into place when ready).
-pub fn hidden(name: &OsStr) -> bool {
+pub(crate) fn hidden(name: &OsStr) -> bool {
     name.as_encoded_bytes().starts_with(b".")
 }
 
@@ -127,7 +127,7 @@ pub fn litany_data_root() -> Option<PathBuf> {
 }
 
 /// [`litany_data_root`] from the three values it reads.
-pub fn data_root_from(
+pub(crate) fn data_root_from(
     litany_home: Option<&OsStr>,
     xdg_data: Option<&OsStr>,
     home: Option<&Path>,
@@ -140,7 +140,7 @@ pub fn data_root_from(
 
 /// The workspaces on `shelf` now, by directory name, sorted: children that hold
 /// `repo.git` and are not [`hidden`]. A shelf that does not exist holds none.
-pub fn scan(shelf: &Shelf) -> Vec<OsString> {
+pub(crate) fn scan(shelf: &Shelf) -> Vec<OsString> {
     let Ok(entries) = std::fs::read_dir(&shelf.dir) else {
         return Vec::new();
     };
@@ -154,7 +154,7 @@ pub fn scan(shelf: &Shelf) -> Vec<OsString> {
 }
 
 /// The home directory of the real user, from the password database.
-pub fn passwd_home() -> Option<PathBuf> {
+pub(crate) fn passwd_home() -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     let mut buf = vec![0 as libc::c_char; 16 * 1024];
     let mut pw = std::mem::MaybeUninit::<libc::passwd>::uninit();

@@ -22,10 +22,10 @@ use crate::views::event::Event;
 use crate::views::{EventLog, Tee};
 
 /// The longest the root holds events back for histories still being made.
-pub const GATHER_LIMIT: Duration = Duration::from_secs(30);
+pub(crate) const GATHER_LIMIT: Duration = Duration::from_secs(30);
 
 /// The root's log, and what it holds back while histories come in (module docs).
-pub struct Merge {
+pub(crate) struct Merge {
     log: Arc<EventLog>,
     state: Mutex<State>,
 }
@@ -43,7 +43,7 @@ enum State {
 }
 
 impl Merge {
-    pub fn new(log: Arc<EventLog>) -> Arc<Self> {
+    pub(crate) fn new(log: Arc<EventLog>) -> Arc<Self> {
         Arc::new(Self {
             log,
             state: Mutex::new(State::Gathering {
@@ -56,7 +56,7 @@ impl Merge {
     }
 
     /// The workspaces found at the mount: their histories are awaited.
-    pub fn await_histories(&self, keys: impl IntoIterator<Item = WsKey>) {
+    pub(crate) fn await_histories(&self, keys: impl IntoIterator<Item = WsKey>) {
         let mut st = self.state.lock();
         if let State::Gathering { awaited, done, .. } = &mut *st {
             *awaited = Some(keys.into_iter().filter(|k| !done.contains(k)).collect());
@@ -66,7 +66,7 @@ impl Merge {
 
     /// Appends what is held if every awaited history is in or [`GATHER_LIMIT`] passed;
     /// with `now`, whatever is still awaited.
-    pub fn flush(&self, now: bool) {
+    pub(crate) fn flush(&self, now: bool) {
         let mut st = self.state.lock();
         self.settle(&mut st, now);
     }

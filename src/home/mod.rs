@@ -32,12 +32,12 @@
 //!   `--read-only` and `--sender` work as on a single mount; a replay's tree is
 //!   read-only.
 
-pub mod layout;
+pub(crate) mod layout;
 mod merge;
 mod space;
 
 pub use layout::{Shelf, Source, classify, litany_data_root};
-pub use space::{Space, SpaceClosing, WaitingClose};
+pub(crate) use space::{Space, SpaceClosing, WaitingClose};
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::MetadataExt;
@@ -59,19 +59,19 @@ use crate::workspace::Workspace;
 
 /// A workspace's mount-relative directory: its name on the root shelf, `<shelf>/<name>`
 /// on another.
-pub type WsKey = Arc<str>;
+pub(crate) type WsKey = Arc<str>;
 
 /// How a home builds the tree of one of its workspaces, ready to serve: the workspace,
 /// and whether it is read-only (a replay). The tree shares the given views, which the
 /// home already follows.
-pub type Opener =
+pub(crate) type Opener =
     Box<dyn Fn(&WsKey, &Workspace, bool, Arc<Views>) -> Result<Arc<Tree>, String> + Send + Sync>;
 
 /// What a home tells of each workspace that has gone.
-pub type OnGone = Box<dyn Fn(&WsKey) + Send + Sync>;
+pub(crate) type OnGone = Box<dyn Fn(&WsKey) + Send + Sync>;
 
 /// How often an open workspace's directory is checked to be the one its tree serves.
-pub const RECHECK: Duration = Duration::from_millis(250);
+pub(crate) const RECHECK: Duration = Duration::from_millis(250);
 /// How often the shelves are read again even when inotify reports nothing (a shelf that
 /// appears, a watch that could not be set).
 pub const SWEEP: Duration = Duration::from_secs(2);
@@ -79,19 +79,19 @@ pub const SWEEP: Duration = Duration::from_secs(2);
 /// At most this many workspaces' trees are open at once, while the others are idle.
 pub const MAX_OPEN_TREES: usize = 8;
 /// A tree unused for this long is closed however few are open.
-pub const IDLE_CLOSE: Duration = Duration::from_secs(300);
+pub(crate) const IDLE_CLOSE: Duration = Duration::from_secs(300);
 /// A tree used this recently is never closed: a walk or a copy is going on in it.
 pub const IN_USE: Duration = Duration::from_secs(2);
 
 /// When a home closes the trees of its workspaces (module docs).
 #[derive(Debug, Clone, Copy)]
-pub struct TreeLimits {
+pub(crate) struct TreeLimits {
     /// With more open than this, the least recently used idle trees are closed.
-    pub max_open: usize,
+    pub(crate) max_open: usize,
     /// A tree used more recently than this is not idle.
-    pub in_use: Duration,
+    pub(crate) in_use: Duration,
     /// A tree unused for this long is closed whatever the number open.
-    pub idle_close: Duration,
+    pub(crate) idle_close: Duration,
 }
 
 impl Default for TreeLimits {
@@ -122,7 +122,7 @@ struct Known {
 }
 
 /// Every workspace of a home (module docs).
-pub struct Home {
+pub(crate) struct Home {
     root: PathBuf,
     shelves: Vec<Shelf>,
     opener: Opener,
@@ -150,7 +150,7 @@ fn mtime(m: &std::fs::Metadata) -> SystemTime {
 
 impl Home {
     /// The home of `shelves` (`root` is the SOURCE, for messages and `statfs`).
-    pub fn new(root: PathBuf, shelves: Vec<Shelf>, opener: Opener) -> Arc<Self> {
+    pub(crate) fn new(root: PathBuf, shelves: Vec<Shelf>, opener: Opener) -> Arc<Self> {
         let log = Arc::new(EventLog::new());
         Arc::new(Self {
             root,
@@ -169,7 +169,7 @@ impl Home {
     }
 
     /// The same home, closing trees by `limits` rather than the defaults (tests).
-    pub fn with_limits(
+    pub(crate) fn with_limits(
         root: PathBuf,
         shelves: Vec<Shelf>,
         opener: Opener,
@@ -184,7 +184,7 @@ impl Home {
 
     /// Prices every workspace's tokens with `prices`, when given (once, before
     /// [`Home::start`]).
-    pub fn set_prices(&self, prices: Option<Arc<crate::views::prices::Prices>>) {
+    pub(crate) fn set_prices(&self, prices: Option<Arc<crate::views::prices::Prices>>) {
         let Some(prices) = prices else { return };
         for k in self.known.lock().values() {
             k.views.set_prices(Some(prices.clone()));
@@ -193,7 +193,7 @@ impl Home {
     }
 
     /// Sets what is told of each workspace that goes from now on (once).
-    pub fn on_gone(&self, f: OnGone) {
+    pub(crate) fn on_gone(&self, f: OnGone) {
         let _ = self.on_gone.set(f);
     }
 
@@ -205,7 +205,7 @@ impl Home {
         }
     }
 
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
@@ -258,7 +258,7 @@ impl Home {
     /// Reads the shelves and brings what the home knows up to date: a new workspace is
     /// followed from now on (its views tee into the root's events), a removed or
     /// replaced one is forgotten with its tree.
-    pub fn sweep(&self) {
+    pub(crate) fn sweep(&self) {
         let found = self.scan();
         let mut known = self.known.lock();
         let mut seen: crate::FastSet<WsKey> = crate::FastSet::default();
@@ -364,7 +364,7 @@ impl Home {
 
     /// The tree of workspace `ws`, built at its first use; `NotFound` when there is no
     /// such workspace now (never a tree of a directory that has gone).
-    pub fn tree(&self, ws: &str) -> Result<Arc<Tree>, TreeError> {
+    pub(crate) fn tree(&self, ws: &str) -> Result<Arc<Tree>, TreeError> {
         let gone = || TreeError::not_found(ws.to_string());
         let mut known = self.known.lock();
         let k = match known.get_mut(ws) {
@@ -414,7 +414,7 @@ impl Home {
 
     /// Closes the trees that [`TreeLimits`] say to (the `litanyfs-home` thread, every
     /// [`SWEEP`] at most).
-    pub fn close_idle(&self) {
+    pub(crate) fn close_idle(&self) {
         let closed = self.pick_closing(&mut self.known.lock(), Instant::now());
         Self::close_trees(closed);
     }
@@ -469,7 +469,7 @@ impl Home {
     }
 
     /// The open trees now, by key.
-    pub fn open_trees(&self) -> Vec<(WsKey, Arc<Tree>)> {
+    pub(crate) fn open_trees(&self) -> Vec<(WsKey, Arc<Tree>)> {
         self.known
             .lock()
             .iter()
@@ -507,7 +507,7 @@ impl Home {
 
     /// The attributes of one of the home's own nodes (`Node::Root`, a root view, a
     /// shelf, a workspace's directory).
-    pub fn getattr(&self, node: &Node) -> Result<Attr, TreeError> {
+    pub(crate) fn getattr(&self, node: &Node) -> Result<Attr, TreeError> {
         match node {
             Node::Root => Ok(self.root_attr()),
             Node::View(v) => Ok(self.view_attr(*v)),
@@ -535,7 +535,7 @@ impl Home {
     }
 
     /// The child `name` of one of the home's own directories.
-    pub fn lookup(&self, parent: &Node, name: &OsStr) -> Result<Child, TreeError> {
+    pub(crate) fn lookup(&self, parent: &Node, name: &OsStr) -> Result<Child, TreeError> {
         let not_found = || TreeError::not_found(parent.join(name));
         let utf8 = name.to_str().ok_or_else(not_found)?;
         let node = match parent {
@@ -579,7 +579,7 @@ impl Home {
     }
 
     /// The entries of one of the home's own directories.
-    pub fn list(&self, node: &Node) -> Result<Vec<Child>, TreeError> {
+    pub(crate) fn list(&self, node: &Node) -> Result<Vec<Child>, TreeError> {
         self.sweep();
         let shelf = match node {
             Node::Root => None,
@@ -626,7 +626,7 @@ impl Home {
 
     /// What a root view holds when opened. An events file waits for the histories of
     /// the workspaces known now ([`crate::views::HISTORY_WAIT`] at most, in all).
-    pub fn open_view(&self, v: ViewFile) -> Content {
+    pub(crate) fn open_view(&self, v: ViewFile) -> Content {
         match v {
             ViewFile::Events | ViewFile::EventsNdjson => {
                 self.sweep();
@@ -662,7 +662,7 @@ impl Home {
     }
 
     /// Reads the root's events.
-    pub fn read_log(
+    pub(crate) fn read_log(
         &self,
         node: &Node,
         r: crate::views::Rendering,
@@ -676,7 +676,7 @@ impl Home {
 
     /// `attention` (`json: false`) or `attention.json` over every workspace, most
     /// urgent first.
-    pub fn attention(&self, json: bool) -> Vec<u8> {
+    pub(crate) fn attention(&self, json: bool) -> Vec<u8> {
         let list = crate::views::status::attention(&self.rows());
         let bytes = if json {
             crate::views::status::attention_json(&list).into_bytes()
@@ -694,7 +694,7 @@ impl Home {
 
     /// `status` (`json: false`) or `status.json` over every workspace: each workspace's
     /// rows, in the order of their keys, led by the workspace.
-    pub fn status(&self, json: bool) -> Vec<u8> {
+    pub(crate) fn status(&self, json: bool) -> Vec<u8> {
         let rows = self.rows();
         let bytes = if json {
             crate::views::status::json(&rows).into_bytes()
@@ -734,7 +734,7 @@ impl Home {
 
     /// Follows the shelves on a thread of its own (`litanyfs-home`) for as long as the
     /// home lives: inotify on the root and on each shelf, and a sweep every [`SWEEP`].
-    pub fn start(self: &Arc<Self>) {
+    pub(crate) fn start(self: &Arc<Self>) {
         self.sweep();
         self.merge
             .await_histories(self.known.lock().keys().cloned().collect::<Vec<_>>());
@@ -774,7 +774,7 @@ fn under(ws: &str, note: &mut String) {
 }
 
 /// `node` of workspace `ws`, as the home's adapter knows it.
-pub fn in_workspace(ws: WsKey, node: Node) -> Node {
+pub(crate) fn in_workspace(ws: WsKey, node: Node) -> Node {
     Node::Home(Arc::new(HomeNode::In { ws, node }))
 }
 

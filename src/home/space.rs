@@ -20,7 +20,7 @@ use crate::tree::{
 
 /// One workspace's tree, or a home of many (module docs).
 #[derive(Clone)]
-pub enum Space {
+pub(crate) enum Space {
     One(Arc<Tree>),
     Home(Arc<Home>),
 }
@@ -118,19 +118,19 @@ impl Space {
     }
 
     /// Whether this is a home mount.
-    pub fn is_home(&self) -> bool {
+    pub(crate) fn is_home(&self) -> bool {
         matches!(self, Space::Home(_))
     }
 
     /// The directory the mount serves (a workspace, or a home's SOURCE).
-    pub fn root(&self) -> &std::path::Path {
+    pub(crate) fn root(&self) -> &std::path::Path {
         match self {
             Space::One(tree) => tree.workspace().root(),
             Space::Home(home) => home.root(),
         }
     }
 
-    pub fn lookup(&self, parent: &Node, name: &OsStr) -> Result<Child, TreeError> {
+    pub(crate) fn lookup(&self, parent: &Node, name: &OsStr) -> Result<Child, TreeError> {
         match self.at(parent)? {
             At::Tree { tree, ws, node } => tree
                 .lookup(node, name)
@@ -142,7 +142,11 @@ impl Space {
 
     /// [`Tree::stat`]: the attributes of the node an inode stands for, if it is still
     /// `identity`.
-    pub fn stat(&self, node: &Node, identity: &Identity) -> Result<(Attr, Duration), TreeError> {
+    pub(crate) fn stat(
+        &self,
+        node: &Node,
+        identity: &Identity,
+    ) -> Result<(Attr, Duration), TreeError> {
         if let Space::Home(home) = self
             && Self::is_workspace_dir(node)
         {
@@ -158,7 +162,7 @@ impl Space {
     }
 
     /// [`Tree::stat_open`].
-    pub fn stat_open(
+    pub(crate) fn stat_open(
         &self,
         node: &Node,
         identity: &Identity,
@@ -178,7 +182,7 @@ impl Space {
         }
     }
 
-    pub fn list(&self, node: &Node) -> Result<Vec<Child>, TreeError> {
+    pub(crate) fn list(&self, node: &Node) -> Result<Vec<Child>, TreeError> {
         match self.at(node)? {
             At::Tree { tree, ws, node } => tree
                 .list(node)
@@ -188,7 +192,7 @@ impl Space {
         }
     }
 
-    pub fn open(
+    pub(crate) fn open(
         &self,
         node: &Node,
         identity: &Identity,
@@ -212,7 +216,7 @@ impl Space {
         }
     }
 
-    pub fn read_into(
+    pub(crate) fn read_into(
         &self,
         node: &Node,
         content: &Content,
@@ -238,14 +242,14 @@ impl Space {
         }
     }
 
-    pub fn readlink(&self, node: &Node) -> Result<Vec<u8>, TreeError> {
+    pub(crate) fn readlink(&self, node: &Node) -> Result<Vec<u8>, TreeError> {
         match self.at(node)? {
             At::Tree { tree, ws, node } => tree.readlink(node).map_err(|e| wrap_err(ws, e)),
             At::Home(_) => Err(TreeError::new(node.path(), ErrorKind::NotSymlink)),
         }
     }
 
-    pub fn xattrs(&self, node: &Node) -> Result<Vec<(String, Vec<u8>)>, TreeError> {
+    pub(crate) fn xattrs(&self, node: &Node) -> Result<Vec<(String, Vec<u8>)>, TreeError> {
         match self.at(node)? {
             At::Tree { tree, ws, node } => tree.xattrs(node).map_err(|e| wrap_err(ws, e)),
             At::Home(_) => Ok(Vec::new()),
@@ -253,7 +257,7 @@ impl Space {
     }
 
     /// Why a change to `node` is refused ([`Tree::refusal`]).
-    pub fn refusal(&self, node: &Node) -> TreeError {
+    pub(crate) fn refusal(&self, node: &Node) -> TreeError {
         match self.at(node) {
             Ok(At::Tree { tree, ws, node }) => wrap_err(ws, tree.refusal(node)),
             Ok(At::Home(_)) => TreeError::read_only(node.path()),
@@ -261,7 +265,7 @@ impl Space {
         }
     }
 
-    pub fn write(
+    pub(crate) fn write(
         &self,
         node: &Node,
         offset: u64,
@@ -277,7 +281,7 @@ impl Space {
     }
 
     /// [`Tree::create_as`]: a draft by user `by`.
-    pub fn create(
+    pub(crate) fn create(
         &self,
         parent: &Node,
         name: &OsStr,
@@ -292,14 +296,14 @@ impl Space {
         }
     }
 
-    pub fn unlink(&self, parent: &Node, name: &OsStr) -> Result<(), TreeError> {
+    pub(crate) fn unlink(&self, parent: &Node, name: &OsStr) -> Result<(), TreeError> {
         match self.at(parent)? {
             At::Tree { tree, ws, node } => tree.unlink(node, name).map_err(|e| wrap_err(ws, e)),
             At::Home(_) => Err(TreeError::read_only(parent.join(name))),
         }
     }
 
-    pub fn rename(
+    pub(crate) fn rename(
         &self,
         parent: &Node,
         name: &OsStr,
@@ -326,14 +330,14 @@ impl Space {
         }
     }
 
-    pub fn set_size(&self, node: &Node, size: u64) -> Result<(), TreeError> {
+    pub(crate) fn set_size(&self, node: &Node, size: u64) -> Result<(), TreeError> {
         match self.at(node)? {
             At::Tree { tree, ws, node } => tree.set_size(node, size).map_err(|e| wrap_err(ws, e)),
             At::Home(_) => Err(TreeError::read_only(node.path())),
         }
     }
 
-    pub fn set_meta(
+    pub(crate) fn set_meta(
         &self,
         node: &Node,
         atime: Option<SystemTime>,
@@ -348,7 +352,12 @@ impl Space {
         }
     }
 
-    pub fn close(&self, node: &Node, content: &Content, closer: Closer) -> Result<(), TreeError> {
+    pub(crate) fn close(
+        &self,
+        node: &Node,
+        content: &Content,
+        closer: Closer,
+    ) -> Result<(), TreeError> {
         match self.at(node)? {
             At::Tree { tree, ws, node } => tree
                 .close(node, content, closer)
@@ -359,7 +368,12 @@ impl Space {
 
     /// [`Tree::close_start`]: a close decided now, or one waiting for spawned children,
     /// to be carried by [`WaitingClose::poll`].
-    pub fn close_start(&self, node: &Node, content: &Content, closer: Closer) -> SpaceClosing {
+    pub(crate) fn close_start(
+        &self,
+        node: &Node,
+        content: &Content,
+        closer: Closer,
+    ) -> SpaceClosing {
         match self.at(node) {
             Err(e) => SpaceClosing::Done(Err(e)),
             Ok(At::Home(_)) => SpaceClosing::Done(Ok(())),
@@ -376,7 +390,7 @@ impl Space {
 
     /// [`Tree::release`]. A draft of a workspace that has gone since is released by the
     /// draft itself: nothing is left to send it to.
-    pub fn release(&self, node: &Node, content: &Content) {
+    pub(crate) fn release(&self, node: &Node, content: &Content) {
         if let Ok(At::Tree { tree, node, .. }) = self.at(node) {
             tree.release(node, content);
         }
@@ -384,13 +398,13 @@ impl Space {
 }
 
 /// A close of the space, decided or waiting ([`Space::close_start`]).
-pub enum SpaceClosing {
+pub(crate) enum SpaceClosing {
     Done(Result<(), TreeError>),
     Waiting(WaitingClose),
 }
 
 /// A close waiting for spawned children, with the tree that decides it.
-pub struct WaitingClose {
+pub(crate) struct WaitingClose {
     tree: Arc<Tree>,
     ws: Option<WsKey>,
     pending: PendingClose,
@@ -398,7 +412,7 @@ pub struct WaitingClose {
 
 impl WaitingClose {
     /// [`Tree::close_poll`].
-    pub fn poll(&mut self, now: bool) -> Option<Result<(), TreeError>> {
+    pub(crate) fn poll(&mut self, now: bool) -> Option<Result<(), TreeError>> {
         let ws = self.ws.as_ref();
         self.tree
             .close_poll(&mut self.pending, now)

@@ -32,9 +32,9 @@ use std::sync::Arc;
 pub const PAGE_BYTES: u64 = 4096;
 
 /// The literal first segment of a record path.
-pub use crate::workspace::STEPS_DIR;
+pub(crate) use crate::workspace::STEPS_DIR;
 /// The literal fourth and last segments of a record path.
-pub use crate::workspace::steps::{OUTPUT_FILE, TOOLS_DIR};
+pub(crate) use crate::workspace::steps::{OUTPUT_FILE, TOOLS_DIR};
 
 /// Separates the record from the stream.
 const STREAM_SEP: char = '#';
@@ -53,7 +53,7 @@ impl Stream {
     pub const ALL: [Stream; 2] = [Stream::Stdout, Stream::Stderr];
 
     /// The stream's label, which is also its key in `output.json`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Stream::Stdout => "stdout",
             Stream::Stderr => "stderr",
@@ -62,7 +62,7 @@ impl Stream {
 
     /// The stream `label` names. Only the two exact lowercase labels are
     /// accepted.
-    pub fn parse(label: &str) -> Option<Stream> {
+    pub(crate) fn parse(label: &str) -> Option<Stream> {
         match label {
             "stdout" => Some(Stream::Stdout),
             "stderr" => Some(Stream::Stderr),
@@ -117,12 +117,12 @@ impl AddressError {
     }
 
     /// The text that was refused, as given.
-    pub fn given(&self) -> &str {
+    pub(crate) fn given(&self) -> &str {
         &self.given
     }
 
     /// The rule it broke.
-    pub fn kind(&self) -> Malformation {
+    pub(crate) fn kind(&self) -> Malformation {
         self.kind
     }
 }
@@ -292,7 +292,7 @@ impl RecordPath {
 
 impl RecordPath {
     /// The workspace-relative tool directory that holds the record.
-    pub fn dir(&self) -> String {
+    pub(crate) fn dir(&self) -> String {
         format!(
             "{STEPS_DIR}/{}/{}/{TOOLS_DIR}/{}",
             self.agent(),

@@ -15,14 +15,14 @@ use super::address::Address;
 
 /// The address that continues after a page of `address` ending at `end`,
 /// or `None` when `end` has reached `total`.
-pub fn next_address(address: &Address, end: u64, total: u64) -> Option<Address> {
+pub(crate) fn next_address(address: &Address, end: u64, total: u64) -> Option<Address> {
     (end < total).then(|| address.moved_to(end))
 }
 
 /// The stderr line for a page of `address` that ends at `end`
 /// (exclusive) in a stream of `total` bytes, with the tool's trailing
 /// `\n`.
-pub fn banner(address: &Address, end: u64, total: u64) -> String {
+pub(crate) fn banner(address: &Address, end: u64, total: u64) -> String {
     let rest = match next_address(address, end, total) {
         Some(next) => format!("continue with address {next}"),
         None => "end of stream".to_string(),

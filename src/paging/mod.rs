@@ -16,16 +16,16 @@
 //! Everything here is plain Rust over `&std::fs::File`. The filesystem
 //! layer opens files, chooses keys and maps [`PageError::errno`].
 
-pub mod address;
-pub mod banner;
-pub mod reader;
+pub(crate) mod address;
+pub(crate) mod banner;
+pub(crate) mod reader;
 pub(crate) mod scan;
 mod source;
 
 pub use address::{
     Address, AddressError, Malformation, PAGE_BYTES, PageName, RecordPath, Stream, parse_page_name,
 };
-pub use banner::{banner, next_address};
+pub(crate) use banner::{banner, next_address};
 pub use reader::{CHECKPOINT_BYTES, CaptureKey, Page, PageCache, PageError};
 
 #[cfg(test)]

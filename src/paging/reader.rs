@@ -48,12 +48,12 @@ pub const CHECKPOINT_BYTES: u64 = 8 * 1024;
 /// What identifies one version of one capture file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CaptureKey {
-    pub dev: u64,
-    pub ino: u64,
-    pub size: u64,
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) size: u64,
     /// Nanoseconds since the epoch, saturated outside 1678-2262: a key
     /// of 32 bytes with no 16-byte alignment keeps both caches' slots small.
-    pub mtime_ns: i64,
+    pub(crate) mtime_ns: i64,
 }
 
 /// `sec` seconds and `nsec` nanoseconds as one count, saturated at `i64`'s ends.
@@ -64,7 +64,7 @@ fn nanos(sec: i64, nsec: i64) -> i64 {
 
 impl CaptureKey {
     /// The key of the file `meta` describes.
-    pub fn from_metadata(meta: &Metadata) -> Self {
+    pub(crate) fn from_metadata(meta: &Metadata) -> Self {
         CaptureKey {
             dev: meta.dev(),
             ino: meta.ino(),
@@ -74,7 +74,7 @@ impl CaptureKey {
     }
 
     /// The key of a file the caller has already `stat`ed.
-    pub fn from_stat(st: &crate::workspace::backing::Stat) -> Self {
+    pub(crate) fn from_stat(st: &crate::workspace::backing::Stat) -> Self {
         CaptureKey {
             dev: st.dev,
             ino: st.ino,
@@ -97,9 +97,9 @@ pub struct Page {
     /// The stream's whole length in bytes.
     pub len: u64,
     /// The stderr line, with its trailing newline.
-    pub banner: String,
+    pub(crate) banner: String,
     /// Where the next page starts, or `None` at the end of the stream.
-    pub next: Option<Address>,
+    pub(crate) next: Option<Address>,
 }
 
 /// Every way a page request is refused or fails. `Display` prints the
@@ -135,7 +135,7 @@ pub enum PageError {
 impl PageError {
     /// The errno a filesystem should answer with. Every refusal is
     /// `ENOENT`, because the page does not exist. A failed read is `EIO`.
-    pub fn errno(&self) -> i32 {
+    pub(crate) fn errno(&self) -> i32 {
         match self {
             PageError::Io(_) | PageError::Changed => libc::EIO,
             _ => libc::ENOENT,
@@ -144,13 +144,13 @@ impl PageError {
 
     /// Whether the tool would refuse this request (as opposed to failing
     /// to read).
-    pub fn is_refusal(&self) -> bool {
+    pub(crate) fn is_refusal(&self) -> bool {
         !matches!(self, PageError::Io(_) | PageError::Changed)
     }
 
     /// Name `record` (typically `<workspace>/<record path>`, as the tool
     /// prints it) in an [`PageError::Unreadable`] message.
-    pub fn with_record(self, record: &Path) -> Self {
+    pub(crate) fn with_record(self, record: &Path) -> Self {
         match self {
             PageError::Unreadable { reason, .. } => PageError::Unreadable {
                 record: Some(record.to_path_buf()),
@@ -162,7 +162,7 @@ impl PageError {
 
     /// The tool's confinement check, the one home of that boundary: a record (so every
     /// page and stream of it) may be read only by the agent it belongs to.
-    pub fn confine(record: &RecordPath, caller: &str) -> Result<(), PageError> {
+    pub(crate) fn confine(record: &RecordPath, caller: &str) -> Result<(), PageError> {
         if record.agent() == caller {
             Ok(())
         } else {
@@ -345,7 +345,7 @@ const CELL_BYTES: usize =
 type Lru = ByteLru<CaptureKey, Cell>;
 
 /// How many computed pages are remembered (each at most [`PAGE_BYTES`]).
-pub const RECENT_PAGES: usize = 64;
+pub(crate) const RECENT_PAGES: usize = 64;
 
 /// A computed page, by its address and the version of the record it came from.
 type RecentPage = ((Address, CaptureKey), Arc<Page>);
@@ -391,7 +391,7 @@ impl PageCache {
     }
 
     /// The budget given at construction.
-    pub fn max_bytes(&self) -> usize {
+    pub(crate) fn max_bytes(&self) -> usize {
         self.budget
     }
 
@@ -402,17 +402,17 @@ impl PageCache {
 
     /// How many passes over a capture the cache has made since it was made: one per
     /// capture it was asked about and did not hold (the tests hold it to one per key).
-    pub fn passes(&self) -> u64 {
+    pub(crate) fn passes(&self) -> u64 {
         self.passes.load(Ordering::Relaxed)
     }
 
     /// Decoded bytes between checkpoints.
-    pub fn checkpoint_interval(&self) -> u64 {
+    pub(crate) fn checkpoint_interval(&self) -> u64 {
         self.interval
     }
 
     /// Whether `key`'s capture is indexed already (parsed, and it parsed).
-    pub fn indexed(&self, key: &CaptureKey) -> bool {
+    pub(crate) fn indexed(&self, key: &CaptureKey) -> bool {
         self.lru
             .lock()
             .peek(key)
@@ -420,7 +420,7 @@ impl PageCache {
     }
 
     /// Drop whatever is held for `key`.
-    pub fn forget(&self, key: &CaptureKey) {
+    pub(crate) fn forget(&self, key: &CaptureKey) {
         self.lru.lock().remove(key);
     }
 
@@ -551,7 +551,7 @@ impl PageCache {
     /// [`PageCache::page`], computed once per (address, record version) and remembered
     /// for the next [`RECENT_PAGES`] requests: a `cat` of a page asks for it at lookup,
     /// open and getxattr.
-    pub fn recent_page(
+    pub(crate) fn recent_page(
         &self,
         file: &File,
         key: CaptureKey,

@@ -5,7 +5,7 @@
 /// Words in a failure's text that mean the provider turned the credentials down
 /// (ECOSYSTEM §3), matched case-insensitively; each a prefix of a word, so
 /// `authenticat` covers `authentication` and `authenticate`.
-pub const AUTH_WORDS: [&str; 9] = [
+pub(crate) const AUTH_WORDS: [&str; 9] = [
     "401",
     "403",
     "unauthori",
@@ -19,7 +19,7 @@ pub const AUTH_WORDS: [&str; 9] = [
 
 /// Whether a failure's text names an auth failure: one of [`AUTH_WORDS`] at the start
 /// of a word (a number standing alone), or an error of kind `auth`.
-pub fn refusal(text: &str) -> bool {
+pub(crate) fn refusal(text: &str) -> bool {
     let t = text.to_ascii_lowercase().replace(['_', '-'], " ");
     if t.starts_with("auth:") {
         return true;

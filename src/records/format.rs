@@ -332,18 +332,18 @@ pub(super) fn entry(
 /// The width of an entry's time, `YYYY-MM-DDTHH:MM:SSZ`, and so of the state a live entry
 /// shows in its place: when the entry is committed the time overwrites the state and no
 /// byte of the transcript moves.
-pub const TIME_WIDTH: usize = 20;
+pub(crate) const TIME_WIDTH: usize = 20;
 
 /// The state of a model entry streaming now (`response.json` being written).
-pub const STREAMING: &str = "streaming, in flight";
+pub(crate) const STREAMING: &str = "streaming, in flight";
 /// The state of a model entry whose step failed: it will never be committed.
-pub const CUT: &str = "cut, never committed";
+pub(crate) const CUT: &str = "cut, never committed";
 /// The state of a deposit that the next drain delivers as this entry.
-pub const WAITING: &str = "waiting in the inbox";
+pub(crate) const WAITING: &str = "waiting in the inbox";
 
 /// The state of a tool entry whose tool runs now: `running since HH:MMZ` (UTC), from the
 /// seconds since the epoch its `input.json` was written.
-pub fn running_since(secs: i64) -> String {
+pub(crate) fn running_since(secs: i64) -> String {
     let day = secs.rem_euclid(86_400);
     format!("running since {:02}:{:02}Z", day / 3600, day % 3600 / 60)
 }

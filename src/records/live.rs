@@ -39,7 +39,7 @@ use crate::paging::CaptureKey;
 use crate::workspace::inbox::MESSAGE_EXT;
 
 /// How many lines of a failed step's log the wound shows.
-pub const WOUND_LOG_LINES: usize = 12;
+pub(crate) const WOUND_LOG_LINES: usize = 12;
 
 /// The state of a result litany wrote without running a tool (a refusal, a decline),
 /// until its commit.
@@ -87,13 +87,13 @@ pub struct ModelFacts {
 /// The `held` mark's call and what releases it.
 #[derive(Debug)]
 pub struct HeldFacts {
-    pub tool_use_id: String,
-    pub tool: String,
-    pub reason: String,
+    pub(crate) tool_use_id: String,
+    pub(crate) tool: String,
+    pub(crate) reason: String,
     /// The governing workflow's `tool_control` command, when it could be read.
-    pub control: Option<String>,
+    pub(crate) control: Option<String>,
     /// The command that asks the control again (`litany advance <ws> <id>`).
-    pub advance: String,
+    pub(crate) advance: String,
 }
 
 /// The newest step failed.
@@ -101,17 +101,17 @@ pub struct HeldFacts {
 pub struct WoundFacts {
     pub step: String,
     /// Why, when the step records say more than the stream does (no `response.json`).
-    pub why: Option<String>,
+    pub(crate) why: Option<String>,
     /// The step's `meta.json` is written (its call ended) but the tip read is still the
     /// one it started from: a tip read before the commit, or a commit that never came.
-    pub unsure: bool,
+    pub(crate) unsure: bool,
     /// The mark a stop's terminal path set at the branch tip, if one is there: litany's
     /// stock workflow binds `branch_stopped`, which only `litany stop`'s epitaph fires,
     /// to `mark_abandoned` and `notify_ui`.
-    pub stopped_mark: Option<String>,
+    pub(crate) stopped_mark: Option<String>,
     /// The workspace-relative path of the log shown and its last lines; `None` when both
     /// `stderr.log` and `driver.log` are empty or missing.
-    pub log: Option<(String, String)>,
+    pub(crate) log: Option<(String, String)>,
 }
 
 /// One piece of the live tail.
@@ -159,12 +159,12 @@ impl View {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Whether anything follows the committed entries.
-    pub fn is_live(&self) -> bool {
+    pub(crate) fn is_live(&self) -> bool {
         !self.parts.is_empty()
     }
 }
@@ -366,7 +366,7 @@ pub(super) fn wound_kind(outcome: Option<&super::response::Outcome>, in_attempt:
 }
 
 /// The last `n` lines of `text`.
-pub fn last_lines(text: &str, n: usize) -> &str {
+pub(crate) fn last_lines(text: &str, n: usize) -> &str {
     let trimmed = text.trim_end_matches('\n');
     let mut cut = trimmed.len();
     for _ in 0..n {

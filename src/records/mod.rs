@@ -110,7 +110,7 @@
 //! usage: they render with no usage line. Its cut markers carry no address, so its tool
 //! results show none.
 
-pub mod failure;
+pub(crate) mod failure;
 pub(crate) mod format;
 pub mod live;
 mod response;
@@ -128,14 +128,14 @@ use crate::lru::ByteLru;
 use crate::paging::CaptureKey;
 use crate::workspace::refs::{GitError, Refs};
 use live::{Facts, Part, View};
-pub use response::{Attempt, Tally, Tokens};
+pub(crate) use response::{Attempt, Tally, Tokens};
 use response::{Fold, Rendering};
-pub use transcript::MAX_TRANSCRIPT_BYTES;
+pub(crate) use transcript::MAX_TRANSCRIPT_BYTES;
 pub(crate) use transcript::Transcript;
 
 /// Rendered bytes between two checkpoints of a `response.md` not held whole. A read
 /// re-renders at most this much before the bytes it wants, under 1 ms for text deltas.
-pub const CHECKPOINT_BYTES: u64 = 64 * 1024;
+pub(crate) const CHECKPOINT_BYTES: u64 = 64 * 1024;
 
 /// A rendering up to 1/`KEEP_SHARE` of the budget is held whole, so reads of it copy
 /// bytes; a longer one holds its checkpoints and the bytes since the last.
@@ -213,13 +213,13 @@ impl Length {
 /// The share of the budget the lengths table has (1/`LENGTHS_SHARE`); the renderings
 /// and transcripts have the rest. At about 56 bytes an entry, the default budget's
 /// share holds some 150,000 steps' lengths.
-pub const LENGTHS_SHARE: usize = 8;
+pub(crate) const LENGTHS_SHARE: usize = 8;
 
 /// The largest `response.json` whose closed `response.md` is remembered by its length
 /// alone once sized or read ([`Length`]): rendering this much again takes well
 /// under a millisecond, and a listing or a `grep -r` of many steps then costs the cache
 /// a slot a step instead of each step's rendering.
-pub const LENGTH_ONLY_BYTES: u64 = CHECKPOINT_BYTES;
+pub(crate) const LENGTH_ONLY_BYTES: u64 = CHECKPOINT_BYTES;
 
 type Lru = ByteLru<Key, Value>;
 type Lengths = ByteLru<(u64, u64), Length>;
@@ -272,7 +272,7 @@ impl Records {
 
     /// The `model` of the `request.json` open as `file` (fstat `key`): the origin litany
     /// gives the step's model entry. Read once per version of the file.
-    pub fn request_model(&self, file: &File, key: CaptureKey) -> io::Result<Option<String>> {
+    pub(crate) fn request_model(&self, file: &File, key: CaptureKey) -> io::Result<Option<String>> {
         if let Some((k, m)) = self.models.lock().get(&(key.dev, key.ino))
             && *k == key
         {
@@ -449,7 +449,7 @@ impl Records {
     }
 
     /// [`Records::response_read`], appending to `out`.
-    pub fn response_read_into(
+    pub(crate) fn response_read_into(
         &self,
         file: &File,
         key: CaptureKey,

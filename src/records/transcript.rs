@@ -68,7 +68,7 @@ pub(super) const SUMMARY_DIR: &str = "summary";
 const SUMMARY_EXT: &str = ".md";
 
 /// The most bytes one rendered `transcript.md` holds (module docs).
-pub const MAX_TRANSCRIPT_BYTES: usize = 16 << 20;
+pub(crate) const MAX_TRANSCRIPT_BYTES: usize = 16 << 20;
 
 /// The origin of a tool result entry (`NNN-tool.json`, litany's one reserved token).
 pub(super) const TOOL_ORIGIN: &str = "tool";

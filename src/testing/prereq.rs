@@ -17,26 +17,26 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 /// The litany version the oracle tests are written against (CONTRACT header).
-pub const LITANY_VERSION: &str = "0.0.15";
+pub(crate) const LITANY_VERSION: &str = "0.0.15";
 
 /// The variable naming, comma-separated, the prerequisites a developer chose to go
 /// without: `litany`, `root`, or a program's name.
-pub const SKIP_VAR: &str = "LITANYFS_SKIP";
+pub(crate) const SKIP_VAR: &str = "LITANYFS_SKIP";
 
 /// The variable naming the file each skip is recorded in (one tab-separated line: the
 /// test binary, the test, the prerequisite, the reason).
-pub const SKIP_LOG_VAR: &str = "LITANYFS_SKIP_LOG";
+pub(crate) const SKIP_LOG_VAR: &str = "LITANYFS_SKIP_LOG";
 
 /// The name of the litany prerequisite in [`SKIP_VAR`].
-pub const LITANY: &str = "litany";
+pub(crate) const LITANY: &str = "litany";
 
 /// The name of the root prerequisite in [`SKIP_VAR`].
-pub const ROOT: &str = "root";
+pub(crate) const ROOT: &str = "root";
 
 /// `found`, or the test's end: when `what` is missing (`found` is `Err(reason)`) the
 /// calling test fails with the reason, unless [`SKIP_VAR`] names `what`, in which case
 /// the skip is recorded and the caller gets `None` and returns.
-pub fn need<T>(what: &str, found: Result<T, String>) -> Option<T> {
+pub(crate) fn need<T>(what: &str, found: Result<T, String>) -> Option<T> {
     match found {
         Ok(v) => Some(v),
         Err(reason) if skipping(what) => {
@@ -52,7 +52,7 @@ pub fn need<T>(what: &str, found: Result<T, String>) -> Option<T> {
 }
 
 /// Whether [`SKIP_VAR`] names `what`.
-pub fn skipping(what: &str) -> bool {
+pub(crate) fn skipping(what: &str) -> bool {
     std::env::var(SKIP_VAR).is_ok_and(|list| names(&list, what))
 }
 
@@ -114,7 +114,7 @@ pub fn litany() -> Option<PathBuf> {
 }
 
 /// The lookup behind [`litany`], once per process: the binary or why there is none.
-pub fn litany_lookup() -> Result<PathBuf, String> {
+pub(crate) fn litany_lookup() -> Result<PathBuf, String> {
     static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     FOUND.get_or_init(find_litany).clone()
 }
@@ -150,7 +150,7 @@ fn find_litany() -> Result<PathBuf, String> {
 }
 
 /// `bin` (canonical) if `bin --version` says `litany <LITANY_VERSION> …`.
-pub fn litany_version(bin: &Path) -> Result<PathBuf, String> {
+pub(crate) fn litany_version(bin: &Path) -> Result<PathBuf, String> {
     let out = Command::new(bin)
         .arg("--version")
         .stdin(Stdio::null())
@@ -202,7 +202,7 @@ pub fn programs(names: &[&str]) -> bool {
 }
 
 /// `name` on `PATH`, if it is an executable file there.
-pub fn program(name: &str) -> Option<PathBuf> {
+pub(crate) fn program(name: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)

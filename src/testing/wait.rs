@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 /// How often a condition is looked at.
-pub const POLL: Duration = Duration::from_millis(10);
+pub(crate) const POLL: Duration = Duration::from_millis(10);
 
 /// Polls `cond` until it holds. Panics naming `what` (and where the wait was) when
 /// `deadline` passes first.

@@ -79,7 +79,7 @@ impl Tree {
     }
 
     /// The attributes of a backing file from its `stat`.
-    pub fn backing_attr(&self, st: &Stat) -> Attr {
+    pub(crate) fn backing_attr(&self, st: &Stat) -> Attr {
         let kind = if st.is_dir() {
             Kind::Dir
         } else if st.is_symlink() {

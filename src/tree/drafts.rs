@@ -59,7 +59,7 @@ use crate::deposit::Published;
 use crate::witness::{self, Exit, Exiting, Task};
 
 /// How long a deposited draft's name stays resolvable after its last use.
-pub const ALIAS_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const ALIAS_GRACE: Duration = Duration::from_secs(5);
 /// The most drafts held at once, deposited ones still resolvable as aliases included.
 /// Past it, the aliases used longest ago give way (early); only when every draft is a
 /// message still being written does creating another fail with `ENOSPC`.
@@ -70,11 +70,11 @@ pub const DRAFT_BYTES: usize = 64 << 20;
 /// The most bytes the aliases of sent messages keep in memory together; past it the
 /// aliases used longest ago give way early, as they do for [`MAX_DRAFTS`]. Without it a
 /// fast sender of large messages would hold up to [`MAX_DRAFTS`] of them for the grace.
-pub const ALIAS_BYTES: usize = 16 << 20;
+pub(crate) const ALIAS_BYTES: usize = 16 << 20;
 
 /// Where a draft is in its life (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Being written. `dirty`: bytes changed since the last attempt to send it.
     /// `refused`: a write to it was refused, so it holds only part of what its writer
     /// meant; it is never sent so, until it is emptied (truncated) and written again.
@@ -90,22 +90,22 @@ pub enum Phase {
 
 /// What a draft holds now. Its content and phase change only through its methods.
 #[derive(Debug)]
-pub struct DraftState {
+pub(crate) struct DraftState {
     buf: Vec<u8>,
     phase: Phase,
-    pub mtime: SystemTime,
-    pub atime: SystemTime,
-    pub ctime: SystemTime,
-    pub perm: u16,
+    pub(crate) mtime: SystemTime,
+    pub(crate) atime: SystemTime,
+    pub(crate) ctime: SystemTime,
+    pub(crate) perm: u16,
     /// Who created it, shown as its owner (`None`: the daemon's user).
-    pub owner: super::Owner,
+    pub(crate) owner: super::Owner,
     /// When the last handle on it was released, for the alias grace.
-    pub last_used: Instant,
+    pub(crate) last_used: Instant,
     /// Who has had a hand in it, for the close that decides it.
-    pub hands: Hands,
+    pub(crate) hands: Hands,
     /// The errno of the last attempt to send it that failed, for a close that waited
     /// while another made that attempt.
-    pub failed: Option<i32>,
+    pub(crate) failed: Option<i32>,
     /// Writable open file descriptions on it not yet released. Only these decide its
     /// fate: a reader's open, close and release never send, cut or drop it.
     writables: usize,
@@ -143,22 +143,22 @@ impl DraftState {
     }
 
     /// A writable description of it was opened.
-    pub fn opened_writable(&mut self) {
+    pub(crate) fn opened_writable(&mut self) {
         self.writables += 1;
     }
 
     /// A writable description of it was released; whether it was the last one, so that
     /// whatever no close decided is decided now.
-    pub fn released_writable(&mut self) -> bool {
+    pub(crate) fn released_writable(&mut self) -> bool {
         self.writables = self.writables.saturating_sub(1);
         self.writables == 0
     }
 
-    pub fn buf(&self) -> &[u8] {
+    pub(crate) fn buf(&self) -> &[u8] {
         &self.buf
     }
 
-    pub fn phase(&self) -> &Phase {
+    pub(crate) fn phase(&self) -> &Phase {
         &self.phase
     }
 
@@ -171,13 +171,13 @@ impl DraftState {
     }
 
     /// Whether it is no longer being written: sent, or never to be.
-    pub fn closed(&self) -> bool {
+    pub(crate) fn closed(&self) -> bool {
         !matches!(self.phase, Phase::Writing { .. })
     }
 
     /// Whether a close has something to decide: bytes not yet sent, a refused write to
     /// report, or nothing at all written (an empty message is refused at its last close).
-    pub fn pending(&self) -> bool {
+    pub(crate) fn pending(&self) -> bool {
         match self.phase {
             Phase::Writing { dirty, refused } => dirty || refused.is_some() || self.buf.is_empty(),
             _ => false,
@@ -186,16 +186,16 @@ impl DraftState {
 
     /// Whether it was closed with nothing in it ([`Gone::Empty`]): a writable open of it
     /// starts a new message, whatever its flags, since there is nothing to append to.
-    pub fn closed_empty(&self) -> bool {
+    pub(crate) fn closed_empty(&self) -> bool {
         self.phase == Phase::Gone(Gone::Empty)
     }
 
-    pub fn dirty(&self) -> bool {
+    pub(crate) fn dirty(&self) -> bool {
         matches!(self.phase, Phase::Writing { dirty: true, .. })
     }
 
     /// Why a write to it was refused, while it is being written.
-    pub fn refused(&self) -> Option<Refused> {
+    pub(crate) fn refused(&self) -> Option<Refused> {
         match self.phase {
             Phase::Writing { refused, .. } => refused,
             _ => None,
@@ -232,7 +232,7 @@ impl DraftState {
     /// Writes `data` at `offset`, as bytes (private scratch: a swap file is binary). A
     /// write past [`DRAFT_BYTES`] is refused, and the refusal recorded: the message is
     /// cut.
-    pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), Refused> {
+    pub(crate) fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), Refused> {
         debug_assert!(!self.closed());
         let end = offset + data.len();
         if self.buf.len() < end
@@ -255,7 +255,7 @@ impl DraftState {
     /// incomplete one at the very end may be completed by the next write, so it waits);
     /// the refusal is recorded (the message is cut, as by any refused write). Otherwise
     /// as [`DraftState::write`].
-    pub fn write_text(&mut self, offset: usize, data: &[u8]) -> Result<(), Refused> {
+    pub(crate) fn write_text(&mut self, offset: usize, data: &[u8]) -> Result<(), Refused> {
         debug_assert!(!self.closed());
         let text = match text_after_write(&self.buf, self.text, offset, data) {
             Ok(text) => text,
@@ -272,14 +272,14 @@ impl DraftState {
 
     /// Records that a write was refused (by the size limit, checked by the depositor,
     /// or by [`DRAFT_BYTES`]).
-    pub fn refuse(&mut self, why: Refused) {
+    pub(crate) fn refuse(&mut self, why: Refused) {
         if let Phase::Writing { refused, .. } = &mut self.phase {
             *refused = Some(why);
         }
     }
 
     /// `truncate` to `len`; emptied, it is no longer cut.
-    pub fn truncate(&mut self, len: usize) -> Result<(), Refused> {
+    pub(crate) fn truncate(&mut self, len: usize) -> Result<(), Refused> {
         debug_assert!(!self.closed());
         if len == 0
             && let Phase::Writing { refused, .. } = &mut self.phase
@@ -297,21 +297,21 @@ impl DraftState {
     }
 
     /// Marks the content as not yet sent (a private draft renamed to a public name).
-    pub fn touch_content(&mut self) {
+    pub(crate) fn touch_content(&mut self) {
         if let Phase::Writing { dirty, .. } = &mut self.phase {
             *dirty = true;
         }
     }
 
     /// An attempt to send it starts: its bytes are no longer dirty, whatever comes.
-    pub fn attempting(&mut self) {
+    pub(crate) fn attempting(&mut self) {
         if let Phase::Writing { dirty, .. } = &mut self.phase {
             *dirty = false;
         }
     }
 
     /// It is in the real inbox as `published`: its bytes now count as an alias's.
-    pub fn sent(&mut self, published: Published) {
+    pub(crate) fn sent(&mut self, published: Published) {
         self.bytes.live.fetch_sub(self.counted, Ordering::Relaxed);
         self.phase = Phase::Sent(published);
         self.counted = self.buf.len();
@@ -320,7 +320,7 @@ impl DraftState {
     }
 
     /// It will never be sent: its content goes.
-    pub fn give_up(&mut self, why: Gone) {
+    pub(crate) fn give_up(&mut self, why: Gone) {
         let _ = self.resize(0); // shrinking always succeeds
         self.buf = Vec::new();
         self.text = 0;
@@ -329,7 +329,7 @@ impl DraftState {
     }
 
     /// A sent or gone draft's name opened with `O_TRUNC`: a new, empty message.
-    pub fn reuse(&mut self) {
+    pub(crate) fn reuse(&mut self) {
         self.total().fetch_sub(self.counted, Ordering::Relaxed);
         self.counted = 0;
         self.buf = Vec::new();
@@ -355,28 +355,28 @@ impl Drop for DraftState {
 /// a thread's id as well as its process's, so no id needs to be mapped while writing).
 /// Each is bounded by [`witness::MAX_PROCESSES`]: a close looks at no more than that.
 #[derive(Debug, Clone, Default)]
-pub struct Hands {
+pub(crate) struct Hands {
     /// Threads that wrote to it, each with its start time.
-    pub writers: Vec<Writer>,
+    pub(crate) writers: Vec<Writer>,
     /// Tasks known to hold it, or to have held it: its opener, its closers, and the
     /// holders a close found. A close looks at these and their descendants.
-    pub holders: Vec<u32>,
+    pub(crate) holders: Vec<u32>,
 }
 
 /// A thread that wrote to a message: its id, and when it started if that could be read.
 /// The pair names one task for good; the id alone is reused once the task is gone, and
 /// would let a later task (a killed reader) pass for the writer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Writer {
-    pub tid: u32,
-    pub start: Option<u64>,
+pub(crate) struct Writer {
+    pub(crate) tid: u32,
+    pub(crate) start: Option<u64>,
 }
 
 impl Writer {
     /// Whether the task that answers to this id now, started at `now`, is this writer.
     /// When either start time is unknown, the id decides, as it did before they were
     /// read.
-    pub fn is(&self, now: Option<u64>) -> bool {
+    pub(crate) fn is(&self, now: Option<u64>) -> bool {
         match (self.start, now) {
             (Some(then), Some(now)) => then == now,
             _ => true,
@@ -386,11 +386,11 @@ impl Writer {
 
 impl Hands {
     /// Thread `tid`, started at `start`, wrote to it.
-    pub fn wrote(&mut self, tid: u32, start: Option<u64>) {
+    pub(crate) fn wrote(&mut self, tid: u32, start: Option<u64>) {
         push_bounded(&mut self.writers, Writer { tid, start });
     }
 
-    pub fn held(&mut self, tid: u32) {
+    pub(crate) fn held(&mut self, tid: u32) {
         push_bounded(&mut self.holders, tid);
     }
 }
@@ -403,7 +403,7 @@ fn push_bounded<T: PartialEq>(v: &mut Vec<T>, x: T) {
 
 /// What a close decides for a message being written, from what was seen at it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Nobody else holds it: this close is the last, and sends it.
     Send,
     /// Another process still holds it: the last close will decide.
@@ -417,7 +417,7 @@ pub enum Verdict {
 /// process that wrote to it dies from a signal holding it. `closer` is the closing task
 /// (`None` when gone), `writer_groups` the processes that wrote to it, `holders` the
 /// tasks found still holding it.
-pub fn verdict(closer: Option<&Task>, writer_groups: &[u32], holders: &[u32]) -> Verdict {
+pub(crate) fn verdict(closer: Option<&Task>, writer_groups: &[u32], holders: &[u32]) -> Verdict {
     if let Some((pid, signal)) = killed(closer, writer_groups) {
         Verdict::Drop { pid, signal }
     } else if holders.is_empty() {
@@ -429,7 +429,7 @@ pub fn verdict(closer: Option<&Task>, writer_groups: &[u32], holders: &[u32]) ->
 
 /// The first half of [`verdict`], which needs no holders: whether `closer` is a writer
 /// (one of `writer_groups`) being killed, as (pid, signal).
-pub fn killed(closer: Option<&Task>, writer_groups: &[u32]) -> Option<(u32, i32)> {
+pub(crate) fn killed(closer: Option<&Task>, writer_groups: &[u32]) -> Option<(u32, i32)> {
     match closer?.exit? {
         Exiting {
             tgid,
@@ -442,7 +442,7 @@ pub fn killed(closer: Option<&Task>, writer_groups: &[u32]) -> Option<(u32, i32)
 
 /// Why a message will never be sent ([`Phase::Gone`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gone {
+pub(crate) enum Gone {
     /// Process `pid`, which wrote to it, was killed by `signal` holding it.
     Killed { pid: u32, signal: i32 },
     /// A write to it was refused, and it was closed so, holding only part of it.
@@ -456,7 +456,7 @@ pub enum Gone {
 
 /// Why a write to a draft was refused ([`DraftState::refused`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// It would have passed `--max-message-bytes` (`len` bytes against `max`).
     TooLarge { len: u64, max: u64 },
     /// The messages being written hold [`DRAFT_BYTES`] together.
@@ -487,7 +487,7 @@ fn is_continuation(b: u8) -> bool {
 /// byte of an invalid sequence. Looks only at what the write changes: from the start of
 /// the first character it touches to the first character boundary after it (or, past
 /// what was known, to the end).
-pub fn text_after_write(
+pub(crate) fn text_after_write(
     buf: &[u8],
     text: usize,
     offset: usize,
@@ -533,18 +533,18 @@ pub fn text_after_write(
 /// One open file description of a draft, as the tree serves it.
 #[derive(Debug)]
 pub struct DraftOpen {
-    pub draft: Arc<Draft>,
+    pub(crate) draft: Arc<Draft>,
     /// Opened for writing (or truncating): only such a description has a say in whether
     /// and when the message goes.
-    pub writable: bool,
+    pub(crate) writable: bool,
 }
 
 #[derive(Debug)]
-pub struct Draft {
-    pub id: u64,
-    pub agent: String,
+pub(crate) struct Draft {
+    pub(crate) id: u64,
+    pub(crate) agent: String,
     name: Mutex<OsString>,
-    pub state: Mutex<DraftState>,
+    pub(crate) state: Mutex<DraftState>,
 }
 
 /// Bytes of content held in memory, by kind: counted while held, so the bounds are on
@@ -558,12 +558,12 @@ struct Bytes {
 }
 
 impl Draft {
-    pub fn name(&self) -> OsString {
+    pub(crate) fn name(&self) -> OsString {
         self.name.lock().clone()
     }
 
     /// Private scratch: a dot-prefixed name is never deposited.
-    pub fn is_private(&self) -> bool {
+    pub(crate) fn is_private(&self) -> bool {
         is_private(&self.name.lock())
     }
 
@@ -574,13 +574,13 @@ impl Draft {
     }
 
     /// Whether listings show it: only while it is being written.
-    pub fn listed(&self) -> bool {
+    pub(crate) fn listed(&self) -> bool {
         !self.state.lock().closed()
     }
 }
 
 /// Whether `name` is private scratch space.
-pub fn is_private(name: &OsStr) -> bool {
+pub(crate) fn is_private(name: &OsStr) -> bool {
     name.as_encoded_bytes().starts_with(b".")
 }
 
@@ -593,7 +593,7 @@ static LAST_DRAFT: AtomicU64 = AtomicU64::new(0);
 
 /// The drafts of every inbox, by agent and name.
 #[derive(Default)]
-pub struct Drafts {
+pub(crate) struct Drafts {
     index: Mutex<Index>,
     /// When each inbox's set of listed drafts last changed: part of the directory's
     /// mtime, which is how the kernel learns its cached listing is stale.
@@ -653,14 +653,19 @@ impl Index {
 
 /// Why a draft could not be made.
 #[derive(Debug, PartialEq, Eq)]
-pub enum DraftError {
+pub(crate) enum DraftError {
     Exists,
     Full,
 }
 
 impl Drafts {
     /// A new, empty draft `name` in `agent`'s inbox.
-    pub fn create(&self, agent: &str, name: &OsStr, perm: u16) -> Result<Arc<Draft>, DraftError> {
+    pub(crate) fn create(
+        &self,
+        agent: &str,
+        name: &OsStr,
+        perm: u16,
+    ) -> Result<Arc<Draft>, DraftError> {
         let now = Instant::now();
         let mut index = self.index.lock();
         let key = (agent.to_string(), name.to_os_string());
@@ -689,7 +694,7 @@ impl Drafts {
     }
 
     /// The draft `name` in `agent`'s inbox, if it is still resolvable.
-    pub fn get(&self, agent: &str, name: &OsStr) -> Option<Arc<Draft>> {
+    pub(crate) fn get(&self, agent: &str, name: &OsStr) -> Option<Arc<Draft>> {
         let d = self
             .index
             .lock()
@@ -699,13 +704,13 @@ impl Drafts {
         d.resolvable(Instant::now()).then_some(d)
     }
 
-    pub fn by_id(&self, id: u64) -> Option<Arc<Draft>> {
+    pub(crate) fn by_id(&self, id: u64) -> Option<Arc<Draft>> {
         let d = self.index.lock().by_id.get(&id).cloned()?;
         d.resolvable(Instant::now()).then_some(d)
     }
 
     /// The drafts a listing of `agent`'s inbox shows.
-    pub fn listed(&self, agent: &str) -> Vec<Arc<Draft>> {
+    pub(crate) fn listed(&self, agent: &str) -> Vec<Arc<Draft>> {
         self.expire();
         self.index
             .lock()
@@ -717,7 +722,7 @@ impl Drafts {
     }
 
     /// Removes draft `name`; its content goes with it (a deposit already made stays).
-    pub fn remove(&self, agent: &str, name: &OsStr) -> Option<Arc<Draft>> {
+    pub(crate) fn remove(&self, agent: &str, name: &OsStr) -> Option<Arc<Draft>> {
         let d = self
             .index
             .lock()
@@ -727,7 +732,7 @@ impl Drafts {
     }
 
     /// Renames a draft within one inbox, replacing a draft of the target name.
-    pub fn rename(&self, agent: &str, from: &OsStr, to: &OsStr) -> Option<Arc<Draft>> {
+    pub(crate) fn rename(&self, agent: &str, from: &OsStr, to: &OsStr) -> Option<Arc<Draft>> {
         let mut index = self.index.lock();
         let d = index.remove(&(agent.to_string(), from.to_os_string()))?;
         index.insert((agent.to_string(), to.to_os_string()), d.clone());
@@ -738,14 +743,14 @@ impl Drafts {
     }
 
     /// Records that `agent`'s listed drafts changed now.
-    pub fn touch(&self, agent: &str) {
+    pub(crate) fn touch(&self, agent: &str) {
         self.changed
             .lock()
             .insert(agent.to_string(), SystemTime::now());
     }
 
     /// When `agent`'s listed drafts last changed.
-    pub fn changed_at(&self, agent: &str) -> Option<SystemTime> {
+    pub(crate) fn changed_at(&self, agent: &str) -> Option<SystemTime> {
         self.changed.lock().get(agent).copied()
     }
 
@@ -763,19 +768,19 @@ impl Drafts {
     }
 
     /// Bytes the aliases keep now.
-    pub fn alias_bytes(&self) -> usize {
+    pub(crate) fn alias_bytes(&self) -> usize {
         self.bytes.alias.load(Ordering::Relaxed)
     }
 
     /// Bytes the messages being written hold now.
-    pub fn live_bytes(&self) -> usize {
+    pub(crate) fn live_bytes(&self) -> usize {
         self.bytes.live.load(Ordering::Relaxed)
     }
 
     /// Past [`ALIAS_BYTES`], drops the aliases used longest ago until what is left fits
     /// in three quarters of it (their content is freed as their last handles close).
     /// Call with no draft locked.
-    pub fn shed_aliases(&self) {
+    pub(crate) fn shed_aliases(&self) {
         if self.alias_bytes() <= ALIAS_BYTES {
             return;
         }
@@ -800,7 +805,7 @@ impl Drafts {
 
     /// Whether no draft is resolvable now (none open, none closed recently enough to be
     /// stat'ed or reopened).
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.expire();
         self.index.lock().by_name.is_empty()
     }

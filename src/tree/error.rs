@@ -11,13 +11,13 @@ use crate::workspace::refs::GitError;
 #[derive(Debug)]
 pub struct TreeError {
     /// The mount-relative path (or, before a path is known, what names the node).
-    pub path: String,
-    pub kind: ErrorKind,
+    pub(crate) path: String,
+    pub(crate) kind: ErrorKind,
 }
 
 /// What was refused, with the errno each kind is answered with.
 #[derive(Debug)]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// Nothing by that name in the view (hidden, absent, or gone). ENOENT.
     NotFound,
     /// A path component that is not a directory. ENOTDIR.
@@ -66,7 +66,7 @@ pub enum ErrorKind {
 }
 
 impl TreeError {
-    pub fn new(path: impl Into<String>, kind: ErrorKind) -> Self {
+    pub(crate) fn new(path: impl Into<String>, kind: ErrorKind) -> Self {
         Self {
             path: path.into(),
             kind,
@@ -74,7 +74,7 @@ impl TreeError {
     }
 
     /// The same refusal, its path made mount-relative for a workspace shown at `ws`.
-    pub fn under(mut self, ws: &str) -> Self {
+    pub(crate) fn under(mut self, ws: &str) -> Self {
         self.path = if self.path == "." {
             ws.to_string()
         } else {
@@ -83,27 +83,27 @@ impl TreeError {
         self
     }
 
-    pub fn not_found(path: impl Into<String>) -> Self {
+    pub(crate) fn not_found(path: impl Into<String>) -> Self {
         Self::new(path, ErrorKind::NotFound)
     }
 
-    pub fn read_only(path: impl Into<String>) -> Self {
+    pub(crate) fn read_only(path: impl Into<String>) -> Self {
         Self::new(path, ErrorKind::ReadOnly)
     }
 
     /// A backing-tree failure; ENOENT is the ordinary [`ErrorKind::NotFound`].
-    pub fn io(path: impl Into<String>, e: std::io::Error) -> Self {
+    pub(crate) fn io(path: impl Into<String>, e: std::io::Error) -> Self {
         match e.raw_os_error() {
             Some(libc::ENOENT) => Self::not_found(path),
             _ => Self::new(path, ErrorKind::Io(e)),
         }
     }
 
-    pub fn git(path: impl Into<String>, e: GitError) -> Self {
+    pub(crate) fn git(path: impl Into<String>, e: GitError) -> Self {
         Self::new(path, ErrorKind::Git(e))
     }
 
-    pub fn errno(&self) -> i32 {
+    pub(crate) fn errno(&self) -> i32 {
         match &self.kind {
             ErrorKind::NotFound => libc::ENOENT,
             ErrorKind::NotDir => libc::ENOTDIR,
@@ -128,13 +128,13 @@ impl TreeError {
     }
 
     /// Whether this is [`ErrorKind::NotFound`].
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         matches!(self.kind, ErrorKind::NotFound)
     }
 
     /// Whether the failure is ordinary traffic (a shell probing for a file that is not
     /// there) rather than something an operator should see.
-    pub fn is_routine(&self) -> bool {
+    pub(crate) fn is_routine(&self) -> bool {
         self.is_not_found()
     }
 }

@@ -66,7 +66,7 @@ fn mark_target(snap: &Snapshot, kind: &str, id: &str) -> Option<Oid> {
 }
 
 /// What a mark that points at a commit (or anything but a blob) reads as.
-pub fn commit_mark_bytes(oid: Oid) -> Vec<u8> {
+pub(crate) fn commit_mark_bytes(oid: Oid) -> Vec<u8> {
     format!("{oid}\n").into_bytes()
 }
 
@@ -89,7 +89,7 @@ fn inbox_of<'a>(snap: &'a Snapshot, node: &Node, name: &str) -> Result<&'a str, 
 }
 
 /// Where `names/<Name>` points.
-pub fn name_target(id: &str) -> String {
+pub(crate) fn name_target(id: &str) -> String {
     format!("../{AGENTS_DIR}/{id}")
 }
 

@@ -38,7 +38,7 @@ impl Drop for ClosingGuard {
 }
 
 /// How a close of a draft went, or that it is waiting for children being spawned.
-pub enum Closing {
+pub(crate) enum Closing {
     Done(Result<(), TreeError>),
     /// Only children between their `fork` and their `exec` hold it: the close waits up to
     /// [`SPAWN_GRACE`] for their execs to drop it ([`Tree::close_poll`]), so that the
@@ -48,7 +48,7 @@ pub enum Closing {
 }
 
 /// A close waiting for spawned children to drop the draft (see [`Closing::Waiting`]).
-pub struct PendingClose {
+pub(crate) struct PendingClose {
     node: Node,
     draft: Arc<Draft>,
     closer: Closer,
@@ -70,8 +70,8 @@ enum Look {
 
 /// How long a close waits for children between `fork` and `exec` to drop the message
 /// they hold close-on-exec (see [`Tree::close_poll`]), and how often it looks.
-pub const SPAWN_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
-pub const SPAWN_POLL: std::time::Duration = std::time::Duration::from_micros(500);
+pub(crate) const SPAWN_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
+pub(crate) const SPAWN_POLL: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// The error a refused write to a draft answers, at the write and at every close after.
 fn refused_error(node: &Node, why: Refused) -> TreeError {
@@ -200,13 +200,13 @@ impl Tree {
 
     /// Creates a draft `name` in inbox directory `parent`: a message to be deposited when
     /// its writer closes it (or private scratch, for a dot-prefixed name).
-    pub fn create(&self, parent: &Node, name: &OsStr) -> Result<(Node, Attr), TreeError> {
+    pub(crate) fn create(&self, parent: &Node, name: &OsStr) -> Result<(Node, Attr), TreeError> {
         self.create_as(parent, name, None)
     }
 
     /// [`Tree::create`] by user `by` (uid, gid), who owns the draft; refused (`EACCES`)
     /// to a user `--depositors` did not name ([`super::Modes::may_deposit`]).
-    pub fn create_as(
+    pub(crate) fn create_as(
         &self,
         parent: &Node,
         name: &OsStr,
@@ -270,7 +270,12 @@ impl Tree {
     /// draft's alias opened with `O_TRUNC` starts a new message under the same name
     /// (`echo a > f; echo b > f` sends two); any other write to it is refused, as a
     /// message is immutable.
-    pub fn open_write(&self, node: &Node, truncate: bool, by: u32) -> Result<Content, TreeError> {
+    pub(crate) fn open_write(
+        &self,
+        node: &Node,
+        truncate: bool,
+        by: u32,
+    ) -> Result<Content, TreeError> {
         let d = self.draft_of(node)?;
         {
             let mut st = d.state.lock();
@@ -303,13 +308,18 @@ impl Tree {
     /// A `close(2)` of `content`, opened from `node`, by `closer`. Only a writable
     /// description's close decides a draft (see [`Tree::flush`]): a reader's close (`cat`,
     /// `grep -r`, an editor's preview) answers at once and decides nothing.
-    pub fn close(&self, node: &Node, content: &Content, closer: Closer) -> Result<(), TreeError> {
+    pub(crate) fn close(
+        &self,
+        node: &Node,
+        content: &Content,
+        closer: Closer,
+    ) -> Result<(), TreeError> {
         self.wait_out(self.close_start(node, content, closer))
     }
 
     /// [`Tree::close`], up to a wait for spawned children, which it returns to be carried
     /// by [`Tree::close_poll`] (on the closer's account, not a request thread's).
-    pub fn close_start(&self, node: &Node, content: &Content, closer: Closer) -> Closing {
+    pub(crate) fn close_start(&self, node: &Node, content: &Content, closer: Closer) -> Closing {
         match content {
             Content::Draft(DraftOpen {
                 writable: false, ..
@@ -333,7 +343,7 @@ impl Tree {
 
     /// Writes `data` at `offset` into a draft for thread `tid`; refuses past the size
     /// limit (`EFBIG`), and a write that would make a message not UTF-8 (`EILSEQ`).
-    pub fn write(
+    pub(crate) fn write(
         &self,
         node: &Node,
         offset: u64,
@@ -371,7 +381,7 @@ impl Tree {
     /// The last close sends it (see [`drafts::verdict`]) and hears how that went; earlier
     /// closes of duplicates answer at once and send nothing; a message whose writer was
     /// killed is dropped. An empty or private draft is never sent.
-    pub fn flush(&self, node: &Node, closer: Option<Closer>) -> Result<(), TreeError> {
+    pub(crate) fn flush(&self, node: &Node, closer: Option<Closer>) -> Result<(), TreeError> {
         self.wait_out(self.flush_start(node, closer))
     }
 
@@ -450,7 +460,11 @@ impl Tree {
     /// Looks again at a waiting close: `None` while only spawned children hold the draft
     /// and [`SPAWN_GRACE`] has not passed (or `now` asks to decide at once), else how it
     /// went.
-    pub fn close_poll(&self, p: &mut PendingClose, now: bool) -> Option<Result<(), TreeError>> {
+    pub(crate) fn close_poll(
+        &self,
+        p: &mut PendingClose,
+        now: bool,
+    ) -> Option<Result<(), TreeError>> {
         if !p.draft.state.lock().pending() {
             // Sent (or refused) by another close while this one waited.
             return Some(match p.draft.state.lock().failed {
@@ -649,7 +663,7 @@ impl Tree {
     /// can only be logged). A reader's release decides nothing, and the alias grace runs
     /// from the deposit (or a later change of times or mode), not from reads, so a reader
     /// cannot keep an alias alive either.
-    pub fn release(&self, node: &Node, content: &Content) {
+    pub(crate) fn release(&self, node: &Node, content: &Content) {
         let Content::Draft(DraftOpen {
             draft,
             writable: true,
@@ -669,7 +683,7 @@ impl Tree {
     }
 
     /// `truncate`/`ftruncate` of a draft.
-    pub fn set_size(&self, node: &Node, size: u64) -> Result<(), TreeError> {
+    pub(crate) fn set_size(&self, node: &Node, size: u64) -> Result<(), TreeError> {
         let d = self.draft_of(node)?;
         let mut st = d.state.lock();
         if st.closed() {
@@ -681,7 +695,7 @@ impl Tree {
     }
 
     /// Times and mode of a draft (kept in memory; a deposit's real file is not touched).
-    pub fn set_meta(
+    pub(crate) fn set_meta(
         &self,
         node: &Node,
         atime: Option<SystemTime>,
@@ -707,7 +721,7 @@ impl Tree {
     }
 
     /// Removes draft `name` from inbox directory `parent`. A deposit already made stays.
-    pub fn unlink(&self, parent: &Node, name: &OsStr) -> Result<(), TreeError> {
+    pub(crate) fn unlink(&self, parent: &Node, name: &OsStr) -> Result<(), TreeError> {
         let (_, agent) = self.deposits_for(parent, name)?;
         if self.drafts.remove(agent, name).is_some() {
             return Ok(());
@@ -718,7 +732,7 @@ impl Tree {
     /// Renames a draft within one inbox. A private draft renamed to a public name is
     /// deposited then (editors that save through a temp file and a rename). `flags`
     /// (`RENAME_NOREPLACE`, `RENAME_EXCHANGE`, ...) do not apply to messages.
-    pub fn rename(
+    pub(crate) fn rename(
         &self,
         parent: &Node,
         name: &OsStr,

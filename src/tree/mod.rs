@@ -28,14 +28,14 @@ mod error;
 mod git;
 mod inbox;
 mod live;
-pub mod modes;
+pub(crate) mod modes;
 mod node;
 mod records;
 mod views;
 
-pub use error::{ErrorKind, TreeError};
-pub use inbox::{Closing, PendingClose, SPAWN_POLL};
-pub use modes::{Modes, Owner};
+pub(crate) use error::{ErrorKind, TreeError};
+pub(crate) use inbox::{Closing, PendingClose, SPAWN_POLL};
+pub(crate) use modes::{Modes, Owner};
 pub use node::{
     Backed, Capture, DraftNode, GitNode, HomeNode, Node, Place, RecordView, TOP_LEVEL, ViewFile,
 };
@@ -63,28 +63,28 @@ use crate::workspace::shared_path::SharedPath;
 use drafts::{DraftOpen, Drafts};
 
 /// Permission bits of what the view shows: records and git content are read-only.
-pub const FILE_PERM: u16 = 0o444;
-pub const EXEC_PERM: u16 = 0o555;
-pub const DIR_PERM: u16 = 0o555;
-pub const LINK_PERM: u16 = 0o777;
+pub(crate) const FILE_PERM: u16 = 0o444;
+pub(crate) const EXEC_PERM: u16 = 0o555;
+pub(crate) const DIR_PERM: u16 = 0o555;
+pub(crate) const LINK_PERM: u16 = 0o777;
 /// An inbox directory that takes deposits.
-pub const INBOX_DIR_PERM: u16 = 0o755;
+pub(crate) const INBOX_DIR_PERM: u16 = 0o755;
 /// A draft being written: its writer's alone, whatever `chmod` asks (a half-written
 /// message is nobody else's to read, and another user's write would join it).
-pub const DRAFT_PERM: u16 = 0o600;
+pub(crate) const DRAFT_PERM: u16 = 0o600;
 /// The default bound of the page cache (`--cache-bytes`).
-pub const DEFAULT_PAGE_CACHE_BYTES: usize = 64 << 20;
+pub(crate) const DEFAULT_PAGE_CACHE_BYTES: usize = 64 << 20;
 /// Extended attributes of pages and streams.
 pub const XATTR_NEXT: &str = "user.litany.next";
-pub const XATTR_BANNER: &str = "user.litany.banner";
-pub const XATTR_LENGTH: &str = "user.litany.length";
+pub(crate) const XATTR_BANNER: &str = "user.litany.banner";
+pub(crate) const XATTR_LENGTH: &str = "user.litany.length";
 
 /// The longest file name a draft may have (as on ext4).
-pub const NAME_MAX: usize = 255;
+pub(crate) const NAME_MAX: usize = 255;
 /// The most files open through the mount at once; past it, `open` and `create` answer
 /// `ENFILE`. Each holds at most a descriptor or a draft, so this bounds what opens that
 /// are never closed can cost.
-pub const MAX_OPEN: usize = 65_536;
+pub(crate) const MAX_OPEN: usize = 65_536;
 
 /// Captures up to this size are parsed when their tool directory is listed, so that
 /// `stdout` and `stderr` are listed with their sizes (and only when the capture parses);
@@ -103,7 +103,7 @@ pub enum Kind {
 impl Kind {
     /// The mode bits the view shows for this kind of node, before exceptions (inbox
     /// directories, executable blobs, drafts).
-    pub fn perm(self) -> u16 {
+    pub(crate) fn perm(self) -> u16 {
         match self {
             Kind::Dir => DIR_PERM,
             Kind::File => FILE_PERM,
@@ -132,24 +132,24 @@ pub enum Identity {
 pub struct Attr {
     pub kind: Kind,
     pub size: u64,
-    pub perm: u16,
-    pub nlink: u32,
-    pub mtime: SystemTime,
-    pub ctime: SystemTime,
-    pub atime: SystemTime,
+    pub(crate) perm: u16,
+    pub(crate) nlink: u32,
+    pub(crate) mtime: SystemTime,
+    pub(crate) ctime: SystemTime,
+    pub(crate) atime: SystemTime,
     pub identity: Identity,
     /// Who it shows as owner and group; `None` for the daemon's user ([`modes`]).
-    pub owner: Owner,
+    pub(crate) owner: Owner,
 }
 
 /// How long the kernel may trust a name or attributes under a watched backing directory:
 /// long, because every change there is invalidated as it happens (see [`crate::watch`]).
-pub const WATCHED_TTL: Duration = Duration::from_secs(3600);
+pub(crate) const WATCHED_TTL: Duration = Duration::from_secs(3600);
 /// How long it may trust everything else (git-derived nodes, the top level, directories
 /// that could not be watched): short, so that changes show within a second.
 pub const SHORT_TTL: Duration = Duration::from_millis(250);
 /// What it may not keep at all: a size not known yet, or a file that grows by itself.
-pub const NO_TTL: Duration = Duration::ZERO;
+pub(crate) const NO_TTL: Duration = Duration::ZERO;
 
 /// How long an answer may be kept when `watched` says whether every change to what it
 /// derives from is reported: [`WATCHED_TTL`], else [`SHORT_TTL`].
@@ -176,7 +176,7 @@ pub struct Child {
     /// [`NO_TTL`] when `attr.size` is not known yet: a stream of a large capture listed
     /// without parsing it ([`EAGER_STREAMS_BYTES`]), whose size is found at the first
     /// lookup or stat.
-    pub ttl: Duration,
+    pub(crate) ttl: Duration,
 }
 
 /// How an open file is served: decided here, carried out by the adapter.
@@ -184,15 +184,15 @@ pub struct Child {
 pub struct Opened {
     pub content: Content,
     /// The kernel must not cache its pages: it changes under the opener's own writes.
-    pub direct_io: bool,
+    pub(crate) direct_io: bool,
     /// The kernel may keep pages cached by an earlier open: every change to the file is
     /// invalidated as it happens.
-    pub keep_cache: bool,
+    pub(crate) keep_cache: bool,
     /// Its close tells the daemon nothing, so the kernel need not send `FLUSH`.
-    pub no_flush: bool,
+    pub(crate) no_flush: bool,
     /// The kernel may read it straight from the backing file ([`Content::File`]), when
     /// it offers passthrough.
-    pub passthrough: bool,
+    pub(crate) passthrough: bool,
 }
 
 /// What an `open` asks for.
@@ -234,9 +234,9 @@ pub enum Content {
 }
 
 /// What deposits through the mount need: the engine and who they come from.
-pub struct Deposits {
-    pub depositor: Depositor,
-    pub sender: String,
+pub(crate) struct Deposits {
+    pub(crate) depositor: Depositor,
+    pub(crate) sender: String,
 }
 
 /// The virtual tree over one workspace.
@@ -283,9 +283,9 @@ pub struct Tree {
 /// A `close(2)` of a draft, as FUSE reports it: the closing thread and the draft's inode
 /// number as the kernel knows it (the witness finds its other holders by it).
 #[derive(Debug, Clone, Copy)]
-pub struct Closer {
-    pub tid: u32,
-    pub ino: u64,
+pub(crate) struct Closer {
+    pub(crate) tid: u32,
+    pub(crate) ino: u64,
 }
 
 /// The clashing names and unusable refs last logged.
@@ -327,7 +327,7 @@ impl Tree {
     }
 
     /// Shows modes and owners, and lets users deposit, as `modes` says.
-    pub fn with_modes(mut self, modes: Modes) -> Self {
+    pub(crate) fn with_modes(mut self, modes: Modes) -> Self {
         self.modes = modes;
         self.learning_workspace()
     }
@@ -350,7 +350,7 @@ impl Tree {
 
     /// Watches what is answered, so that answers may be kept long and every change
     /// reported ([`Tree::watcher`]); without inotify, everything is kept only briefly.
-    pub fn watching(mut self) -> Self {
+    pub(crate) fn watching(mut self) -> Self {
         match Watcher::new(&self.ws.repo_dir()) {
             Ok(w) => {
                 self.refs.set_watched(true);
@@ -366,14 +366,14 @@ impl Tree {
     }
 
     /// The change detection whose reports the adapter turns into kernel invalidations.
-    pub fn watcher(&self) -> Option<&Watcher> {
+    pub(crate) fn watcher(&self) -> Option<&Watcher> {
         self.watcher.as_ref()
     }
 
     /// Whether the tree holds nothing that closing it would lose: no draft resolvable,
     /// no deposit still guarded ([`crate::deposit::guard`]). Caches are not counted:
     /// a tree opened again rebuilds them.
-    pub fn at_rest(&self) -> bool {
+    pub(crate) fn at_rest(&self) -> bool {
         self.drafts.is_empty()
             && self
                 .deposits
@@ -385,20 +385,20 @@ impl Tree {
     /// Ends the tree's watch (the adapter's invalidation thread then drops what the
     /// kernel holds of it and ends). The tree answers on, but only for the requests
     /// already holding it: a home opens a new tree for the next ones.
-    pub fn end_watch(&self) {
+    pub(crate) fn end_watch(&self) {
         if let Some(w) = &self.watcher {
             w.close();
         }
     }
 
     /// Opens `inbox/<id>/` to deposits from `deposits.sender`.
-    pub fn with_deposits(mut self, deposits: Deposits) -> Self {
+    pub(crate) fn with_deposits(mut self, deposits: Deposits) -> Self {
         self.deposits = Some(deposits);
         self
     }
 
     /// Decides the closes of drafts by what `witness` sees (see [`crate::witness`]).
-    pub fn with_witness(mut self, witness: Witness) -> Self {
+    pub(crate) fn with_witness(mut self, witness: Witness) -> Self {
         self.witness = Some(witness);
         self
     }
@@ -407,7 +407,7 @@ impl Tree {
     /// `read_tool_output` confines paging) and its own pending deposits. Other agents'
     /// records and inboxes' contents cannot be reached by any path, and `status` and the
     /// events show what `id` may see.
-    pub fn confined_to(mut self, id: &str) -> Self {
+    pub(crate) fn confined_to(mut self, id: &str) -> Self {
         self.confined = Some(id.to_string());
         // Before anything shares the views, they are confined in place; after, anew.
         match Arc::get_mut(&mut self.views) {
@@ -419,20 +419,20 @@ impl Tree {
 
     /// Serves `views` (which someone else already follows, as a home does) instead of
     /// its own. Before [`Tree::confined_to`], which makes confined ones anew.
-    pub fn sharing_views(mut self, views: Arc<Views>) -> Self {
+    pub(crate) fn sharing_views(mut self, views: Arc<Views>) -> Self {
         self.views = views;
         self
     }
 
     /// Bounds what the page cache keeps, and what the renderings keep, in bytes (each).
-    pub fn with_cache_bytes(mut self, bytes: usize) -> Self {
+    pub(crate) fn with_cache_bytes(mut self, bytes: usize) -> Self {
         self.pages = PageCache::new(bytes);
         self.records = Records::new(bytes);
         self
     }
 
     /// `status` and the events; [`Views::start`] starts following the workspace.
-    pub fn views(&self) -> &Arc<Views> {
+    pub(crate) fn views(&self) -> &Arc<Views> {
         &self.views
     }
 
@@ -440,20 +440,20 @@ impl Tree {
         &self.pages
     }
 
-    pub fn deposits(&self) -> Option<&Deposits> {
+    pub(crate) fn deposits(&self) -> Option<&Deposits> {
         self.deposits.as_ref()
     }
 
-    pub fn workspace(&self) -> &Workspace {
+    pub(crate) fn workspace(&self) -> &Workspace {
         &self.ws
     }
 
-    pub fn refs(&self) -> &Refs {
+    pub(crate) fn refs(&self) -> &Refs {
         &self.refs
     }
 
     /// The confined access to the backing tree (for watching its directories).
-    pub fn backing(&self) -> &Backing {
+    pub(crate) fn backing(&self) -> &Backing {
         &self.backing
     }
 
@@ -552,7 +552,11 @@ impl Tree {
     /// The attributes of the node an inode stands for, which was `identity` when the
     /// kernel learnt it: a path that now names another file is `NotFound` through it
     /// (the kernel looks the name up again once its entry expires).
-    pub fn stat(&self, node: &Node, identity: &Identity) -> Result<(Attr, Duration), TreeError> {
+    pub(crate) fn stat(
+        &self,
+        node: &Node,
+        identity: &Identity,
+    ) -> Result<(Attr, Duration), TreeError> {
         let attr = self.getattr(node)?;
         if attr.identity != *identity {
             return Err(TreeError::not_found(node.path()));
@@ -564,7 +568,7 @@ impl Tree {
     /// The attributes of an open file: an open backing file answers for itself (`tail -f`
     /// polls fstat on its fd, and a file renamed away under an open fd is still that
     /// file); anything else as [`Tree::stat`].
-    pub fn stat_open(
+    pub(crate) fn stat_open(
         &self,
         node: &Node,
         identity: &Identity,
@@ -614,7 +618,7 @@ impl Tree {
     /// How long the kernel may keep `node`'s name and attributes: long only when every
     /// change to them is reported, i.e. its directory (and, for a directory, itself) is
     /// watched.
-    pub fn ttl(&self, node: &Node, attr: &Attr) -> Duration {
+    pub(crate) fn ttl(&self, node: &Node, attr: &Attr) -> Duration {
         let b = match node {
             Node::Backing(b) => b,
             Node::Record(v) => return self.record_ttl(v),
@@ -796,7 +800,7 @@ impl Tree {
 
     /// [`Tree::read`] into `out` (cleared first), so that a caller can keep one buffer for
     /// its reads: a fresh buffer of a MiB is 256 page faults, about as long as the read.
-    pub fn read_into(
+    pub(crate) fn read_into(
         &self,
         node: &Node,
         content: &Content,
@@ -870,7 +874,7 @@ impl Tree {
 
     /// Why a change to a node that is not a draft is refused: a deposit is immutable,
     /// everything else read-only.
-    pub fn refusal(&self, node: &Node) -> TreeError {
+    pub(crate) fn refusal(&self, node: &Node) -> TreeError {
         match node {
             Node::Backing(b)
                 if self.deposits.is_some()
@@ -883,7 +887,7 @@ impl Tree {
     }
 
     /// The backing path of a node that has one (for logs and tests).
-    pub fn backing_path(&self, node: &Node) -> Option<PathBuf> {
+    pub(crate) fn backing_path(&self, node: &Node) -> Option<PathBuf> {
         match node {
             Node::Backing(b) => Some(self.ws.root().join(b.rel())),
             _ => None,

@@ -27,16 +27,16 @@ use super::{INBOX_DIR_PERM, Kind};
 use crate::workspace::backing::Stat;
 
 /// Who a node shows as its owner and group; `None` is the daemon's own user.
-pub type Owner = Option<(u32, u32)>;
+pub(crate) type Owner = Option<(u32, u32)>;
 
 /// The bits `--depositors` adds to an inbox directory: sticky, and `o+wx`.
-pub const DEPOSIT_DIR_BITS: u16 = 0o1003;
+pub(crate) const DEPOSIT_DIR_BITS: u16 = 0o1003;
 /// The bit it adds to the directories on the way to the inboxes: `o+x`.
-pub const DEPOSIT_PATH_BITS: u16 = 0o001;
+pub(crate) const DEPOSIT_PATH_BITS: u16 = 0o001;
 
 /// The mode and owner policy of one mount.
 #[derive(Debug)]
-pub struct Modes {
+pub(crate) struct Modes {
     /// `--view-modes`: the view's own bits, owned by the daemon's user.
     fixed: bool,
     /// `--depositors`: the users that may deposit whatever the workspace grants.
@@ -57,7 +57,7 @@ impl Default for Modes {
 
 impl Modes {
     /// The default: what the workspace grants (module docs).
-    pub fn masked() -> Self {
+    pub(crate) fn masked() -> Self {
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
         Modes {
@@ -70,7 +70,7 @@ impl Modes {
     }
 
     /// `--view-modes`: the view's fixed modes, owned by the daemon's user.
-    pub fn fixed() -> Self {
+    pub(crate) fn fixed() -> Self {
         Modes {
             fixed: true,
             ..Self::masked()
@@ -78,17 +78,17 @@ impl Modes {
     }
 
     /// `--depositors`: `uids` may write messages into every inbox.
-    pub fn with_depositors(mut self, uids: &[u32]) -> Self {
+    pub(crate) fn with_depositors(mut self, uids: &[u32]) -> Self {
         self.depositors = uids.to_vec();
         self
     }
 
-    pub fn depositors(&self) -> &[u32] {
+    pub(crate) fn depositors(&self) -> &[u32] {
         &self.depositors
     }
 
     /// Takes the workspace's grant from the `stat` of its root and of `repo.git`.
-    pub fn learn_workspace(&self, root: &Stat, repo: Option<&Stat>) {
+    pub(crate) fn learn_workspace(&self, root: &Stat, repo: Option<&Stat>) {
         let mode = root.mode & repo.map_or(0o7777, |r| r.mode) & 0o777;
         self.ws_mode.store(mode, Ordering::Relaxed);
         self.ws_owner.store(
@@ -107,7 +107,7 @@ impl Modes {
 
     /// The bits and owner of a backing node of `kind` with `stat` `st`, or of a node
     /// derived from that one file.
-    pub fn backing(&self, kind: Kind, st: &Stat) -> (u16, Owner) {
+    pub(crate) fn backing(&self, kind: Kind, st: &Stat) -> (u16, Owner) {
         if self.fixed {
             return (kind.perm(), None);
         }
@@ -118,7 +118,7 @@ impl Modes {
     }
 
     /// The bits and owner of a node of `kind` derived from git or the whole workspace.
-    pub fn derived(&self, kind: Kind) -> (u16, Owner) {
+    pub(crate) fn derived(&self, kind: Kind) -> (u16, Owner) {
         if self.fixed {
             return (kind.perm(), None);
         }
@@ -127,7 +127,7 @@ impl Modes {
     }
 
     /// `perm` with what `--depositors` adds to a directory on the way to the inboxes.
-    pub fn on_the_way(&self, perm: u16) -> u16 {
+    pub(crate) fn on_the_way(&self, perm: u16) -> u16 {
         if self.depositors.is_empty() {
             perm
         } else {
@@ -137,7 +137,7 @@ impl Modes {
 
     /// The bits of an inbox directory (`st`) that takes deposits: [`INBOX_DIR_PERM`]
     /// (masked by its own mode), with what `--depositors` adds.
-    pub fn inbox(&self, st: &Stat) -> u16 {
+    pub(crate) fn inbox(&self, st: &Stat) -> u16 {
         let perm = if self.fixed {
             INBOX_DIR_PERM
         } else {
@@ -154,7 +154,7 @@ impl Modes {
     /// always, unless `--depositors` opened the inboxes to others (the `o+w` it adds
     /// lets every user past the kernel's check); then only root, the daemon's user, the
     /// directory's owner and the depositors.
-    pub fn may_deposit(&self, uid: u32, owner: u32) -> bool {
+    pub(crate) fn may_deposit(&self, uid: u32, owner: u32) -> bool {
         self.depositors.is_empty()
             || uid == 0
             || uid == self.uid

@@ -82,7 +82,7 @@ pub enum ViewFile {
 }
 
 impl ViewFile {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ViewFile::Status => STATUS,
             ViewFile::StatusJson => STATUS_JSON,
@@ -110,7 +110,7 @@ pub enum RecordView {
 }
 
 impl RecordView {
-    pub fn agent(&self) -> &str {
+    pub(crate) fn agent(&self) -> &str {
         match self {
             RecordView::Latest { agent } | RecordView::Transcript { agent } => agent,
             RecordView::Response { step } => step.step_parts().map_or("", |(agent, _)| agent),
@@ -159,7 +159,7 @@ const PLACE_DEPTH: usize = 7;
 
 impl<'a> Place<'a> {
     /// The place of workspace-relative path `rel` (under `steps/` or `inbox/`).
-    pub fn of(rel: &'a Path) -> Self {
+    pub(crate) fn of(rel: &'a Path) -> Self {
         let mut parts: [&OsStr; PLACE_DEPTH] = [OsStr::new(""); PLACE_DEPTH];
         let mut n = 0;
         for c in rel.components() {
@@ -211,7 +211,7 @@ impl<'a> Place<'a> {
     }
 
     /// Whether the place lies under `inbox/`.
-    pub fn in_inbox(&self) -> bool {
+    pub(crate) fn in_inbox(&self) -> bool {
         matches!(
             self,
             Place::InboxRoot | Place::Inbox { .. } | Place::InboxEntry { .. } | Place::InboxDeep
@@ -219,7 +219,7 @@ impl<'a> Place<'a> {
     }
 
     /// The agent whose `steps/<id>` or `inbox/<id>` this lies in.
-    pub fn agent(&self) -> Option<&str> {
+    pub(crate) fn agent(&self) -> Option<&str> {
         match self {
             Place::Steps { agent } | Place::Inbox { agent } | Place::InboxEntry { agent } => *agent,
             Place::AgentSteps { agent } | Place::Step { agent, .. } => Some(agent),
@@ -234,7 +234,7 @@ fn record(agent: &OsStr, step: &OsStr, tool: &OsStr) -> Option<RecordPath> {
 }
 
 impl Backed {
-    pub fn new(rel: impl Into<PathBuf>) -> Self {
+    pub(crate) fn new(rel: impl Into<PathBuf>) -> Self {
         Self {
             rel: SharedPath::new(&rel.into()),
         }
@@ -246,37 +246,37 @@ impl Backed {
     }
 
     /// The last component.
-    pub fn file_name(&self) -> &OsStr {
+    pub(crate) fn file_name(&self) -> &OsStr {
         self.rel.file_name()
     }
 
     /// The path itself, for whoever keeps it as long as the node (the watch of a
     /// directory): shared, not copied.
-    pub fn shared(&self) -> &SharedPath {
+    pub(crate) fn shared(&self) -> &SharedPath {
         &self.rel
     }
 
     /// What the path is, derived from it.
-    pub fn place(&self) -> Place<'_> {
+    pub(crate) fn place(&self) -> Place<'_> {
         let mut parts = [OsStr::new(""); PLACE_DEPTH];
         let n = self.rel.components(&mut parts);
         Place::of_parts(&parts[..n])
     }
 
     /// The directory this entry is in, sharing its path, if the path has a parent.
-    pub fn parent(&self) -> Option<Backed> {
+    pub(crate) fn parent(&self) -> Option<Backed> {
         self.rel.parent().map(|rel| Backed { rel: rel.clone() })
     }
 
     /// The entry `name` inside this directory.
-    pub fn join(&self, name: &OsStr) -> Self {
+    pub(crate) fn join(&self, name: &OsStr) -> Self {
         Self {
             rel: self.rel.join(name),
         }
     }
 
     /// The agent and step number of this step directory, if it is one.
-    pub fn step_parts(&self) -> Option<(&str, &str)> {
+    pub(crate) fn step_parts(&self) -> Option<(&str, &str)> {
         match self.place() {
             Place::Step { agent, step } => Some((agent, step)),
             _ => None,
@@ -284,7 +284,7 @@ impl Backed {
     }
 
     /// The agent whose inbox directory this is, if it is one.
-    pub fn inbox_agent(&self) -> Option<&str> {
+    pub(crate) fn inbox_agent(&self) -> Option<&str> {
         match self.place() {
             Place::Inbox { agent } => agent,
             _ => None,
@@ -302,7 +302,7 @@ pub enum Capture {
 }
 
 impl Capture {
-    pub fn record(&self) -> &RecordPath {
+    pub(crate) fn record(&self) -> &RecordPath {
         match self {
             Capture::Page(a) => &a.record,
             Capture::Stream { record, .. } => record,
@@ -337,9 +337,9 @@ pub enum GitNode {
 /// name it was created with, for log lines.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct DraftNode {
-    pub agent: String,
-    pub id: u64,
-    pub name: OsString,
+    pub(crate) agent: String,
+    pub(crate) id: u64,
+    pub(crate) name: OsString,
 }
 
 impl Node {
@@ -347,25 +347,25 @@ impl Node {
         Node::Capture(Arc::new(c))
     }
 
-    pub fn git(g: GitNode) -> Node {
+    pub(crate) fn git(g: GitNode) -> Node {
         Node::Git(Arc::new(g))
     }
 
-    pub fn draft(d: DraftNode) -> Node {
+    pub(crate) fn draft(d: DraftNode) -> Node {
         Node::Draft(Arc::new(d))
     }
 
-    pub fn record(v: RecordView) -> Node {
+    pub(crate) fn record(v: RecordView) -> Node {
         Node::Record(Arc::new(v))
     }
 
     /// A backing node at workspace-relative `rel`.
-    pub fn backing(rel: impl Into<PathBuf>) -> Node {
+    pub(crate) fn backing(rel: impl Into<PathBuf>) -> Node {
         Node::Backing(Backed::new(rel))
     }
 
     /// The node a top-level name stands for.
-    pub fn top(name: &OsStr) -> Option<Node> {
+    pub(crate) fn top(name: &OsStr) -> Option<Node> {
         Some(match name.to_str()? {
             STEPS_DIR => Node::backing(STEPS_DIR),
             INBOX_DIR => Node::backing(INBOX_DIR),
@@ -427,7 +427,7 @@ impl Node {
     }
 
     /// The mount-relative path of `name` inside this node, for errors.
-    pub fn join(&self, name: &OsStr) -> String {
+    pub(crate) fn join(&self, name: &OsStr) -> String {
         match self {
             Node::Root => name.to_string_lossy().into_owned(),
             _ => format!("{}/{}", self.path(), name.to_string_lossy()),
@@ -435,7 +435,7 @@ impl Node {
     }
 
     /// The agent whose inbox directory this node is, if it is one.
-    pub fn inbox_agent(&self) -> Option<&str> {
+    pub(crate) fn inbox_agent(&self) -> Option<&str> {
         match self {
             Node::Backing(b) => b.inbox_agent(),
             _ => None,

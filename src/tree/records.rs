@@ -122,7 +122,7 @@ impl Tree {
     /// them beyond the git nodes themselves (which are kept only briefly): the listing of
     /// `steps/<id>/` of an agent that came or went (its `transcript.md` with it), and the
     /// `transcript.md` of an agent whose branch moved.
-    pub fn refs_changed(&self) -> Vec<Node> {
+    pub(crate) fn refs_changed(&self) -> Vec<Node> {
         let mut reported = self.refs_reported.lock();
         let before = reported.take().or_else(|| self.refs.snapshot().ok());
         self.refs.invalidate();

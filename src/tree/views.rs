@@ -19,7 +19,7 @@ use crate::views::{HISTORY_WAIT, Rendering};
 
 impl ViewFile {
     /// Every view file, in listing order.
-    pub const ALL: [ViewFile; 6] = [
+    pub(crate) const ALL: [ViewFile; 6] = [
         ViewFile::Status,
         ViewFile::StatusJson,
         ViewFile::Events,
@@ -29,7 +29,7 @@ impl ViewFile {
     ];
 
     /// The log rendering an events file reads; `None` for a snapshot file.
-    pub fn rendering(self) -> Option<Rendering> {
+    pub(crate) fn rendering(self) -> Option<Rendering> {
         match self {
             ViewFile::Events => Some(Rendering::Text),
             ViewFile::EventsNdjson => Some(Rendering::Ndjson),
@@ -41,7 +41,7 @@ impl ViewFile {
     }
 
     /// Whether it is the JSON rendering of its pair.
-    pub fn json(self) -> bool {
+    pub(crate) fn json(self) -> bool {
         matches!(
             self,
             ViewFile::StatusJson | ViewFile::EventsNdjson | ViewFile::AttentionJson

@@ -15,7 +15,7 @@ use crate::workspace::{AGENTS_DIR, INBOX_DIR, MARKS_DIR, STEPS_DIR};
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Kind {
+pub(crate) enum Kind {
     AgentCreated,
     AgentDeleted,
     StepStarted,
@@ -45,7 +45,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Kind::AgentCreated => "agent-created",
             Kind::AgentDeleted => "agent-deleted",
@@ -70,7 +70,7 @@ impl Kind {
 }
 
 /// How many characters of a tool's input summary an event keeps.
-pub const SUMMARY_CHARS: usize = 100;
+pub(crate) const SUMMARY_CHARS: usize = 100;
 /// What the text rendering shows for an absent value or an empty detail.
 const NONE: &str = "-";
 
@@ -78,16 +78,16 @@ const NONE: &str = "-";
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     /// Seconds since the epoch.
-    pub at: i64,
-    pub kind: Kind,
+    pub(crate) at: i64,
+    pub(crate) kind: Kind,
     /// The agent it concerns (a message's recipient); empty for the log's own events.
-    pub agent: String,
+    pub(crate) agent: String,
     /// That agent's name, when it has one.
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// A workspace-relative path that opens under the mount.
-    pub path: Option<String>,
+    pub(crate) path: Option<String>,
     /// The kind's own fields, in rendering order.
-    pub fields: Vec<(&'static str, Value)>,
+    pub(crate) fields: Vec<(&'static str, Value)>,
 }
 
 fn step_path(agent: &str, step: &str) -> String {
@@ -120,14 +120,14 @@ impl Event {
     }
 
     /// The same event naming its agent `name`.
-    pub fn named(mut self, name: Option<&str>) -> Self {
+    pub(crate) fn named(mut self, name: Option<&str>) -> Self {
         self.name = name.map(str::to_string);
         self
     }
 
     /// The same event as a home mount's root shows it: its workspace `ws` first among
     /// its fields, its path under the workspace's directory.
-    pub fn in_workspace(mut self, ws: &str) -> Self {
+    pub(crate) fn in_workspace(mut self, ws: &str) -> Self {
         self.fields.insert(0, ("workspace", ws.into()));
         if let Some(p) = &mut self.path {
             *p = format!("{ws}/{p}");
@@ -136,11 +136,11 @@ impl Event {
     }
 
     /// The value of field `key`, if the event has it.
-    pub fn field(&self, key: &str) -> Option<&Value> {
+    pub(crate) fn field(&self, key: &str) -> Option<&Value> {
         self.fields.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
     }
 
-    pub fn agent_created(at: i64, agent: &str, parent: Option<&str>) -> Self {
+    pub(crate) fn agent_created(at: i64, agent: &str, parent: Option<&str>) -> Self {
         Self::new(
             at,
             Kind::AgentCreated,
@@ -150,18 +150,18 @@ impl Event {
         .with("parent", opt(parent))
     }
 
-    pub fn agent_deleted(at: i64, agent: &str) -> Self {
+    pub(crate) fn agent_deleted(at: i64, agent: &str) -> Self {
         Self::new(at, Kind::AgentDeleted, agent, None)
     }
 
-    pub fn step_started(at: i64, agent: &str, step: &str) -> Self {
+    pub(crate) fn step_started(at: i64, agent: &str, step: &str) -> Self {
         Self::new(at, Kind::StepStarted, agent, Some(step_path(agent, step))).with("step", step)
     }
 
     /// Step `step` finished: its last finish reason and output tokens, and what the
     /// step cost (`tokens` by litany's rule over every attempt; `wall_seconds` from
     /// `meta.json`).
-    pub fn step_finished(
+    pub(crate) fn step_finished(
         at: i64,
         agent: &str,
         step: &str,
@@ -178,13 +178,13 @@ impl Event {
             .with("wall_seconds", wall_seconds)
     }
 
-    pub fn step_failed(at: i64, agent: &str, step: &str, why: &str) -> Self {
+    pub(crate) fn step_failed(at: i64, agent: &str, step: &str, why: &str) -> Self {
         Self::new(at, Kind::StepFailed, agent, Some(step_path(agent, step)))
             .with("step", step)
             .with("why", why)
     }
 
-    pub fn tool_started(
+    pub(crate) fn tool_started(
         at: i64,
         agent: &str,
         step: &str,
@@ -199,7 +199,7 @@ impl Event {
             .with("input", summary(input))
     }
 
-    pub fn tool_finished(
+    pub(crate) fn tool_finished(
         at: i64,
         agent: &str,
         step: &str,
@@ -217,7 +217,7 @@ impl Event {
     }
 
     /// A deposit `file` in `recipient`'s inbox from `sender`.
-    pub fn message_deposited(
+    pub(crate) fn message_deposited(
         at: i64,
         recipient: &str,
         sender: &str,
@@ -232,7 +232,7 @@ impl Event {
     }
 
     /// A message from `sender` that became transcript entry `entry` of `agent`.
-    pub fn message_delivered(at: i64, agent: &str, sender: &str, entry: &str) -> Self {
+    pub(crate) fn message_delivered(at: i64, agent: &str, sender: &str, entry: &str) -> Self {
         let path = format!(
             "{AGENTS_DIR}/{agent}/{}/{entry}",
             crate::workspace::refs::MESSAGES_DIR
@@ -244,7 +244,7 @@ impl Event {
 
     /// A message being written as `name` in `recipient`'s inbox through this mount was
     /// dropped, and `why` (`killed`), with the killed writer's pid and signal.
-    pub fn message_dropped(
+    pub(crate) fn message_dropped(
         at: i64,
         recipient: &str,
         name: &str,
@@ -262,7 +262,13 @@ impl Event {
     /// A message written as `name` in `recipient`'s inbox through this mount was refused:
     /// `why` in one word (`empty`, `not-utf8`, `too-large`, `no-space`, ...) and `reason`
     /// in words.
-    pub fn message_refused(at: i64, recipient: &str, name: &str, why: &str, reason: &str) -> Self {
+    pub(crate) fn message_refused(
+        at: i64,
+        recipient: &str,
+        name: &str,
+        why: &str,
+        reason: &str,
+    ) -> Self {
         let path = format!("{INBOX_DIR}/{recipient}/{name}");
         Self::new(at, Kind::MessageRefused, recipient, Some(path))
             .with("why", why)
@@ -270,19 +276,19 @@ impl Event {
     }
 
     /// Mark `kind` of `agent` set, with its value for a blob mark.
-    pub fn mark_set(at: i64, agent: &str, kind: &str, value: Option<&str>) -> Self {
+    pub(crate) fn mark_set(at: i64, agent: &str, kind: &str, value: Option<&str>) -> Self {
         let path = format!("{MARKS_DIR}/{kind}/{agent}");
         Self::new(at, Kind::MarkSet, agent, Some(path))
             .with("mark", kind)
             .with("value", opt(value))
     }
 
-    pub fn mark_cleared(at: i64, agent: &str, kind: &str) -> Self {
+    pub(crate) fn mark_cleared(at: i64, agent: &str, kind: &str) -> Self {
         Self::new(at, Kind::MarkCleared, agent, None).with("mark", kind)
     }
 
     /// litanyfs launched a driver (`litany advance`) for `agent`.
-    pub fn woken(at: i64, agent: &str, pid: u32) -> Self {
+    pub(crate) fn woken(at: i64, agent: &str, pid: u32) -> Self {
         let path = format!(
             "{STEPS_DIR}/{agent}/{}",
             crate::workspace::steps::DRIVER_LOG
@@ -291,28 +297,28 @@ impl Event {
     }
 
     /// A record at `path` that does not read as it should, and why.
-    pub fn bad_record(at: i64, agent: &str, path: &str, why: &str) -> Self {
+    pub(crate) fn bad_record(at: i64, agent: &str, path: &str, why: &str) -> Self {
         Self::new(at, Kind::BadRecord, agent, Some(path.to_string())).with("why", why)
     }
 
     /// Signal `kind` of `agent` raised: what it `says` and the path to look at.
-    pub fn signal_raised(at: i64, agent: &str, kind: &str, says: &str, path: &str) -> Self {
+    pub(crate) fn signal_raised(at: i64, agent: &str, kind: &str, says: &str, path: &str) -> Self {
         Self::new(at, Kind::SignalRaised, agent, Some(path.to_string()))
             .with("signal", kind)
             .with("says", says)
     }
 
-    pub fn signal_cleared(at: i64, agent: &str, kind: &str) -> Self {
+    pub(crate) fn signal_cleared(at: i64, agent: &str, kind: &str) -> Self {
         Self::new(at, Kind::SignalCleared, agent, None).with("signal", kind)
     }
 
     /// The log stops here: it reached `cap` bytes.
-    pub fn log_full(at: i64, cap: u64) -> Self {
+    pub(crate) fn log_full(at: i64, cap: u64) -> Self {
         Self::new(at, Kind::LogFull, "", None).with("cap_bytes", cap)
     }
 
     /// The line of `events`, with its newline.
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         let who = self.name.as_deref().unwrap_or(&self.agent);
         let who = if who.is_empty() {
             NONE.into()
@@ -344,7 +350,7 @@ impl Event {
 
     /// The object of `events.ndjson`, as one line with its newline: `at`, `kind`,
     /// `agent`, `name`, `path`, then the kind's fields, in that order.
-    pub fn ndjson(&self) -> String {
+    pub(crate) fn ndjson(&self) -> String {
         let common: [(&str, Value); 5] = [
             ("at", format_utc(self.at).into()),
             ("kind", self.kind.as_str().into()),
@@ -371,7 +377,7 @@ impl Event {
 }
 
 /// A tool input cut to one line of at most [`SUMMARY_CHARS`] characters.
-pub fn summary(input: &str) -> String {
+pub(crate) fn summary(input: &str) -> String {
     let one_line: String = input
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })

@@ -19,7 +19,7 @@ use super::signal;
 use crate::workspace::ids::parent_of;
 
 /// The most commits walked back along a branch to find the messages it delivered.
-pub const DELIVERY_WALK: usize = 1000;
+pub(crate) const DELIVERY_WALK: usize = 1000;
 use crate::workspace::inbox::MESSAGE_EXT;
 use crate::workspace::refs::{MESSAGES_DIR, subject};
 
@@ -205,7 +205,7 @@ fn deposits_and_deliveries(
 
 /// The messages delivered to `id` on its branch from `tip` back to `stop` (or `limit`
 /// commits), oldest first; each timed by `time(author_time)`.
-pub fn deliveries(
+pub(crate) fn deliveries(
     scanner: &Scanner,
     id: &str,
     tip: Oid,
@@ -256,7 +256,7 @@ pub fn deliveries(
 
 /// The events of one step between what was seen (`old`: the step, whether it was the
 /// latest, whether the agent ran) and what is seen now.
-pub fn step(
+pub(crate) fn step(
     id: &str,
     old: Option<(&Step, bool, bool)>,
     s: &Step,

@@ -24,9 +24,9 @@ use crate::workspace::ids::parent_of;
 use crate::workspace::refs::{MESSAGES_DIR, subject};
 
 /// The most events reconstructed: the newest ones are kept.
-pub const HISTORY_MAX_EVENTS: usize = 10_000;
+pub(crate) const HISTORY_MAX_EVENTS: usize = 10_000;
 /// The most commits walked back along one branch.
-pub const HISTORY_WALK: usize = 10_000;
+pub(crate) const HISTORY_WALK: usize = 10_000;
 
 /// The newest `max` of the events pushed, kept in a bounded heap.
 struct Newest {
@@ -69,7 +69,7 @@ impl Newest {
 }
 
 /// The events that led to `m0`, the newest `max` of them, oldest first.
-pub fn reconstruct(m0: &Model, scanner: &mut Scanner, max: usize) -> Vec<Event> {
+pub(crate) fn reconstruct(m0: &Model, scanner: &mut Scanner, max: usize) -> Vec<Event> {
     let mut out = Newest::new(max);
     let snap = scanner.refs().snapshot().ok();
     for ((kind, id), m) in &m0.marks {

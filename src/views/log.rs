@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use super::event::Event;
 
 /// The most bytes each rendering of the log holds.
-pub const MAX_LOG_BYTES: u64 = 1 << 30;
+pub(crate) const MAX_LOG_BYTES: u64 = 1 << 30;
 /// Room kept below the cap for the final `log-full` line.
 const FULL_RESERVE: u64 = 4096;
 
@@ -48,7 +48,7 @@ struct Files {
 }
 
 /// The log (module docs).
-pub struct EventLog {
+pub(crate) struct EventLog {
     files: Mutex<Option<Files>>,
     text_len: AtomicU64,
     ndjson_len: AtomicU64,
@@ -58,12 +58,12 @@ pub struct EventLog {
 impl EventLog {
     /// A log in two new unlinked temporary files. Without them the log stays empty and
     /// says so once.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::with_cap(MAX_LOG_BYTES)
     }
 
     /// A log capped at `cap` bytes per rendering (tests use small caps).
-    pub fn with_cap(cap: u64) -> Self {
+    pub(crate) fn with_cap(cap: u64) -> Self {
         let files = match (unlinked_temp(), unlinked_temp()) {
             (Ok(text), Ok(ndjson)) => Some(Files {
                 text,
@@ -95,16 +95,16 @@ impl EventLog {
     }
 
     /// The published length of rendering `r`: what a reader may read.
-    pub fn len(&self, r: Rendering) -> u64 {
+    pub(crate) fn len(&self, r: Rendering) -> u64 {
         self.len_of(r).load(Ordering::Acquire)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len(Rendering::Text) == 0
     }
 
     /// Appends `events` in order (module docs).
-    pub fn append(&self, events: &[Event]) {
+    pub(crate) fn append(&self, events: &[Event]) {
         let mut guard = self.files.lock();
         let Some(files) = guard.as_mut() else {
             return;
@@ -156,12 +156,12 @@ impl EventLog {
     }
 
     /// How many events were dropped at the cap.
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.files.lock().as_ref().map_or(0, |f| f.dropped)
     }
 
     /// Up to `size` bytes of rendering `r` at `offset`, never past the published length.
-    pub fn read(&self, r: Rendering, offset: u64, size: u32) -> io::Result<Vec<u8>> {
+    pub(crate) fn read(&self, r: Rendering, offset: u64, size: u32) -> io::Result<Vec<u8>> {
         let len = self.len(r);
         if offset >= len {
             return Ok(Vec::new());

@@ -20,14 +20,14 @@
 //! ([`look_rest`]), so a burst of changes is answered by one look, not one per change. Live events found while history is still being reconstructed wait and are
 //! appended after it, in order. Under `--agent ID` only what ID may see is logged.
 
-pub mod event;
+pub(crate) mod event;
 pub mod follow;
-pub mod history;
-pub mod log;
+pub(crate) mod history;
+pub(crate) mod log;
 pub mod model;
-pub mod pool;
-pub mod prices;
-pub mod signal;
+pub(crate) mod pool;
+pub(crate) mod prices;
+pub(crate) mod signal;
 pub mod status;
 
 use std::path::Path;
@@ -41,20 +41,20 @@ use crate::workspace::clock::now_secs;
 use event::{Event, Kind};
 use model::{Model, Scanner};
 
-pub use log::{EventLog, Rendering};
+pub(crate) use log::{EventLog, Rendering};
 
 /// The longest the follower sleeps between two looks at the workspace while things
 /// happen.
-pub const TICK: Duration = Duration::from_millis(250);
+pub(crate) const TICK: Duration = Duration::from_millis(250);
 
 /// The longest it sleeps once looks find nothing and nobody pokes it ([`idle_wait`]): a
 /// change in a directory no watch covers is still seen within a second, and an idle
 /// mount of 2,000 agents pays a third of the looks.
-pub const IDLE_TICK: Duration = Duration::from_millis(750);
+pub(crate) const IDLE_TICK: Duration = Duration::from_millis(750);
 
 /// How long the follower waits for a poke after `quiet` looks in a row that found
 /// nothing and were not poked: [`TICK`], doubling with each, up to [`IDLE_TICK`].
-pub fn idle_wait(quiet: u32) -> Duration {
+pub(crate) fn idle_wait(quiet: u32) -> Duration {
     TICK.saturating_mul(1 << quiet.min(8)).min(IDLE_TICK)
 }
 
@@ -62,14 +62,14 @@ pub fn idle_wait(quiet: u32) -> Duration {
 /// however often it is poked: a run of changes (a client depositing in a loop, a harness
 /// streaming) then costs the follower at most a fifth of one CPU, instead of a full
 /// rescan per change competing with the requests that make them.
-pub const LOOK_REST_FACTOR: u32 = 4;
+pub(crate) const LOOK_REST_FACTOR: u32 = 4;
 
 /// The shortest rest between two looks (see [`LOOK_REST_FACTOR`]).
-pub const LOOK_REST_MIN: Duration = Duration::from_millis(10);
+pub(crate) const LOOK_REST_MIN: Duration = Duration::from_millis(10);
 
 /// The rest after a look that took `took`: proportional to it, and never so long that a
 /// change waits more than a [`TICK`] beyond its look.
-pub fn look_rest(took: Duration) -> Duration {
+pub(crate) fn look_rest(took: Duration) -> Duration {
     (took * LOOK_REST_FACTOR).clamp(LOOK_REST_MIN, TICK)
 }
 
@@ -122,17 +122,17 @@ fn hold_unborn_agents(scanner: &Scanner, old: &Model, next: &mut Model) {
 const REPORTED_KEEP: Duration = Duration::from_secs(60);
 
 /// The view files at the root, by name.
-pub const STATUS: &str = "status";
-pub const STATUS_JSON: &str = "status.json";
-pub const EVENTS: &str = "events";
-pub const EVENTS_NDJSON: &str = "events.ndjson";
-pub const ATTENTION: &str = "attention";
-pub const ATTENTION_JSON: &str = "attention.json";
+pub(crate) const STATUS: &str = "status";
+pub(crate) const STATUS_JSON: &str = "status.json";
+pub(crate) const EVENTS: &str = "events";
+pub(crate) const EVENTS_NDJSON: &str = "events.ndjson";
+pub(crate) const ATTENTION: &str = "attention";
+pub(crate) const ATTENTION_JSON: &str = "attention.json";
 
 /// The longest an open of `events` waits for the history to be reconstructed, so that a
 /// `cat` right after the mount reads it whole; past that it reads what there is (and the
 /// daemon logs that it did).
-pub const HISTORY_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const HISTORY_WAIT: Duration = Duration::from_secs(10);
 
 /// The deposits made through this mount, so the follower neither races nor repeats
 /// them.
@@ -150,7 +150,7 @@ struct Deposits {
 }
 
 /// The views of one mount (module docs).
-pub struct Views {
+pub(crate) struct Views {
     root: std::path::PathBuf,
     confined: Option<String>,
     log: EventLog,
@@ -189,7 +189,7 @@ pub struct Views {
 type Teed = (Arc<dyn Tee>, Arc<str>);
 
 /// Where a workspace's events also go: a home's root log ([`crate::home`]).
-pub trait Tee: Send + Sync {
+pub(crate) trait Tee: Send + Sync {
     /// Events of workspace `ws`, shown as the root shows them; `history`: its
     /// reconstructed history, whole (it comes once).
     fn take(&self, ws: &str, events: Vec<Event>, history: bool);
@@ -203,7 +203,7 @@ impl Tee for EventLog {
 
 impl Views {
     /// The views of the workspace at `root`, as agent `confined` may see them.
-    pub fn new(root: &Path, confined: Option<&str>) -> Arc<Self> {
+    pub(crate) fn new(root: &Path, confined: Option<&str>) -> Arc<Self> {
         Arc::new(Self {
             root: root.to_path_buf(),
             confined: confined.map(str::to_string),
@@ -227,14 +227,14 @@ impl Views {
 
     /// From now on tokens are priced with `prices`, when given (once; a second table is
     /// ignored).
-    pub fn set_prices(&self, prices: Option<Arc<prices::Prices>>) {
+    pub(crate) fn set_prices(&self, prices: Option<Arc<prices::Prices>>) {
         if let Some(p) = prices {
             let _ = self.prices.set(p);
         }
     }
 
     /// Waits until the history is logged, `limit` at most; whether it is.
-    pub fn wait_history(&self, limit: Duration) -> bool {
+    pub(crate) fn wait_history(&self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         let mut waiting = self.waiting.lock();
         while waiting.is_some() {
@@ -256,7 +256,7 @@ impl Views {
 
     /// From now on every event logged here is also logged in `log` (a home mount's root
     /// log), as the root shows it: naming workspace `ws`, its path under `ws/`.
-    pub fn tee_to(&self, log: Arc<dyn Tee>, ws: Arc<str>) {
+    pub(crate) fn tee_to(&self, log: Arc<dyn Tee>, ws: Arc<str>) {
         *self.tee.lock() = Some((log, ws));
     }
 
@@ -271,16 +271,16 @@ impl Views {
     }
 
     /// Shows only what agent `id` may see from now on.
-    pub fn confine(&mut self, id: &str) {
+    pub(crate) fn confine(&mut self, id: &str) {
         self.confined = Some(id.to_string());
     }
 
-    pub fn log(&self) -> &EventLog {
+    pub(crate) fn log(&self) -> &EventLog {
         &self.log
     }
 
     /// Starts the follower (module docs). Returns at once.
-    pub fn start(self: &Arc<Self>) {
+    pub(crate) fn start(self: &Arc<Self>) {
         let me = self.clone();
         let started = std::thread::Builder::new()
             .name("litanyfs-events".into())
@@ -292,13 +292,13 @@ impl Views {
 
     /// From now on every change to the refs is told ([`Views::refs_moved`]), so the
     /// follower need not read them at every look.
-    pub fn refs_watched(&self) {
+    pub(crate) fn refs_watched(&self) {
         self.refs_watched.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A watch that reported every change to the refs has ended (its tree was closed):
     /// unless another still does, the follower reads the refs at each look again.
-    pub fn refs_unwatched(&self) {
+    pub(crate) fn refs_unwatched(&self) {
         let _ = self
             .refs_watched
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
@@ -311,13 +311,13 @@ impl Views {
     }
 
     /// The refs changed (or a watch overflowed): the next look reads them again.
-    pub fn refs_moved(&self) {
+    pub(crate) fn refs_moved(&self) {
         self.refs_moved.store(true, Ordering::Relaxed);
         self.poke();
     }
 
     /// Something changed: look again now rather than at the next tick.
-    pub fn poke(&self) {
+    pub(crate) fn poke(&self) {
         *self.poked.lock() = true;
         self.wake.notify_one();
         if let Some(pool) = self.pool.get() {
@@ -393,7 +393,7 @@ impl Views {
     }
 
     /// A deposit to `recipient` through this mount is about to be published.
-    pub fn depositing(&self, recipient: &str) {
+    pub(crate) fn depositing(&self, recipient: &str) {
         *self
             .deposits
             .lock()
@@ -404,7 +404,7 @@ impl Views {
 
     /// The deposit [`Views::depositing`] announced is done: `(file, inode)` when it was
     /// published (from `sender`), `None` when it failed.
-    pub fn deposited(&self, recipient: &str, sender: &str, published: Option<(&str, u64)>) {
+    pub(crate) fn deposited(&self, recipient: &str, sender: &str, published: Option<(&str, u64)>) {
         let mut events = Vec::new();
         if let Some((file, _)) = published {
             let e = Event::message_deposited(now_secs(), recipient, sender, file, true);
@@ -436,20 +436,26 @@ impl Views {
 
     /// A message being written as `name` to `recipient` through this mount was dropped
     /// (see [`Event::message_dropped`]).
-    pub fn dropped(&self, recipient: &str, name: &str, why: &str, killed: Option<(u32, i32)>) {
+    pub(crate) fn dropped(
+        &self,
+        recipient: &str,
+        name: &str,
+        why: &str,
+        killed: Option<(u32, i32)>,
+    ) {
         let e = Event::message_dropped(now_secs(), recipient, name, why, killed);
         self.emit(vec![self.named(e)]);
     }
 
     /// A message written as `name` to `recipient` through this mount was refused, `why`
     /// (one word) and `reason` (in words).
-    pub fn refused(&self, recipient: &str, name: &str, why: &str, reason: &str) {
+    pub(crate) fn refused(&self, recipient: &str, name: &str, why: &str, reason: &str) {
         let e = Event::message_refused(now_secs(), recipient, name, why, reason);
         self.emit(vec![self.named(e)]);
     }
 
     /// litanyfs launched a driver (pid `pid`) for `agent`.
-    pub fn woken(&self, agent: &str, pid: u32) {
+    pub(crate) fn woken(&self, agent: &str, pid: u32) {
         let e = self.named(Event::woken(now_secs(), agent, pid));
         {
             let mut d = self.deposits.lock();
@@ -620,7 +626,7 @@ impl Views {
     }
 
     /// The rows of `status` now.
-    pub fn rows(&self) -> Vec<status::Row> {
+    pub(crate) fn rows(&self) -> Vec<status::Row> {
         status::rows(
             &self.model_now(),
             self.confined.as_deref(),
@@ -630,7 +636,7 @@ impl Views {
     }
 
     /// `attention` (`json: false`) or `attention.json` now.
-    pub fn attention(&self, json: bool) -> Vec<u8> {
+    pub(crate) fn attention(&self, json: bool) -> Vec<u8> {
         let list = status::attention(&self.rows());
         let bytes = if json {
             status::attention_json(&list).into_bytes()
@@ -642,7 +648,7 @@ impl Views {
     }
 
     /// `status` (`json: false`) or `status.json` now.
-    pub fn status(&self, json: bool) -> Vec<u8> {
+    pub(crate) fn status(&self, json: bool) -> Vec<u8> {
         let rows = self.rows();
         let bytes = if json {
             status::json(&rows).into_bytes()
@@ -654,12 +660,12 @@ impl Views {
     }
 
     /// The length of the last `status` (`json: false`) or `status.json` made.
-    pub fn status_len(&self, json: bool) -> u64 {
+    pub(crate) fn status_len(&self, json: bool) -> u64 {
         self.status_lens[usize::from(json)].load(Ordering::Relaxed)
     }
 
     /// The length of the last `attention` (`json: false`) or `attention.json` made.
-    pub fn attention_len(&self, json: bool) -> u64 {
+    pub(crate) fn attention_len(&self, json: bool) -> u64 {
         self.status_lens[2 + usize::from(json)].load(Ordering::Relaxed)
     }
 }

@@ -25,11 +25,11 @@ use super::model::{Model, Scanner};
 use super::{IDLE_TICK, Views, background, idle_wait, look_rest};
 
 /// How often a quiet workspace that nothing watches is looked at.
-pub const UNWATCHED_TICK: Duration = Duration::from_secs(10);
+pub(crate) const UNWATCHED_TICK: Duration = Duration::from_secs(10);
 
 /// The directories of a workspace the pool watches, relative to it: where a new agent,
 /// a deposit, a moved branch or a packed ref shows.
-pub const TOP_WATCHED: [&str; 5] = [
+pub(crate) const TOP_WATCHED: [&str; 5] = [
     crate::workspace::STEPS_DIR,
     crate::workspace::INBOX_DIR,
     "repo.git",
@@ -153,7 +153,7 @@ const QUIET_BEFORE_UNWATCHED_TICK: u32 = 8;
 
 /// What wakes the pool's thread: a poke of any of its views.
 #[derive(Default)]
-pub struct Wake {
+pub(crate) struct Wake {
     poked: Mutex<bool>,
     cv: Condvar,
 }
@@ -315,7 +315,7 @@ impl Histories {
 }
 
 /// Follows many workspaces' views with one thread (module docs).
-pub struct Pool {
+pub(crate) struct Pool {
     followers: Mutex<Vec<Follower>>,
     wake: Arc<Wake>,
     histories: Arc<Histories>,
@@ -325,7 +325,7 @@ pub struct Pool {
 
 impl Pool {
     /// A pool, its thread started.
-    pub fn start() -> Arc<Self> {
+    pub(crate) fn start() -> Arc<Self> {
         let pool = Arc::new(Self {
             followers: Mutex::new(Vec::new()),
             wake: Arc::new(Wake::default()),
@@ -343,7 +343,7 @@ impl Pool {
     }
 
     /// Follows `views` from now on, for as long as anyone else holds them.
-    pub fn add(&self, views: Arc<Views>) {
+    pub(crate) fn add(&self, views: Arc<Views>) {
         let _ = views.pool.set(self.wake.clone());
         if let Some(top) = &self.top {
             top.add(&views);
@@ -353,11 +353,11 @@ impl Pool {
     }
 
     /// How many workspaces it follows now.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.followers.lock().len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

@@ -31,34 +31,34 @@ use crate::records::Tokens;
 /// One row of the table.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Rate {
-    pub provider: String,
-    pub model: String,
+pub(crate) struct Rate {
+    pub(crate) provider: String,
+    pub(crate) model: String,
     #[serde(default)]
-    pub input: Option<f64>,
+    pub(crate) input: Option<f64>,
     #[serde(default)]
-    pub output: Option<f64>,
+    pub(crate) output: Option<f64>,
     #[serde(default)]
-    pub cache_read: Option<f64>,
+    pub(crate) cache_read: Option<f64>,
     #[serde(default)]
-    pub cache_write: Option<f64>,
+    pub(crate) cache_write: Option<f64>,
 }
 
 /// The price table.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Prices {
+pub(crate) struct Prices {
     rates: Vec<Rate>,
 }
 
 /// What some tokens cost: dollars for those a rate covers, and how many none did.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Cost {
-    pub usd: f64,
-    pub unpriced_tokens: u64,
+pub(crate) struct Cost {
+    pub(crate) usd: f64,
+    pub(crate) unpriced_tokens: u64,
 }
 
 impl Cost {
-    pub fn add(&mut self, o: &Cost) {
+    pub(crate) fn add(&mut self, o: &Cost) {
         self.usd += o.usd;
         self.unpriced_tokens = self.unpriced_tokens.saturating_add(o.unpriced_tokens);
     }
@@ -77,7 +77,7 @@ fn specificity(pattern: &str, value: Option<&str>) -> Option<usize> {
 }
 
 /// The table `--prices` names, if it names one; the reason when it cannot be read.
-pub fn for_mount(path: Option<&Path>) -> Result<Option<Arc<Prices>>, String> {
+pub(crate) fn for_mount(path: Option<&Path>) -> Result<Option<Arc<Prices>>, String> {
     path.map(|p| Prices::load(p).map(Arc::new))
         .transpose()
         .map_err(|e| format!("--prices: {e}"))
@@ -85,12 +85,12 @@ pub fn for_mount(path: Option<&Path>) -> Result<Option<Arc<Prices>>, String> {
 
 impl Prices {
     /// Reads the table at `path`; a clear reason when it cannot.
-    pub fn load(path: &Path) -> Result<Prices, String> {
+    pub(crate) fn load(path: &Path) -> Result<Prices, String> {
         let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
         Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    pub fn parse(text: &[u8]) -> Result<Prices, String> {
+    pub(crate) fn parse(text: &[u8]) -> Result<Prices, String> {
         let rates: Vec<Rate> = serde_json::from_slice(text).map_err(|e| {
             format!("not a price table ({e}); expected a JSON array of {{provider, model, input, output, cache_read, cache_write}}")
         })?;
@@ -107,7 +107,7 @@ impl Prices {
     }
 
     /// The row that prices what `payer` spent, if any.
-    pub fn rate(&self, (provider, model): &Payer) -> Option<&Rate> {
+    pub(crate) fn rate(&self, (provider, model): &Payer) -> Option<&Rate> {
         self.rates
             .iter()
             .filter_map(|r| {
@@ -120,7 +120,7 @@ impl Prices {
     }
 
     /// What `t`, spent by `payer`, costs.
-    pub fn cost(&self, payer: &Payer, t: &Tokens) -> Cost {
+    pub(crate) fn cost(&self, payer: &Payer, t: &Tokens) -> Cost {
         let rate = self.rate(payer);
         let mut c = Cost::default();
         let parts = [

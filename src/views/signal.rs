@@ -31,7 +31,7 @@ use crate::workspace::{INBOX_DIR, MARKS_DIR, STEPS_DIR};
 
 /// What needs a look, most urgent first (the order `attention` lists them in).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum SignalKind {
+pub(crate) enum SignalKind {
     Held,
     Refused,
     Truncated,
@@ -43,7 +43,7 @@ pub enum SignalKind {
 }
 
 impl SignalKind {
-    pub const ALL: [SignalKind; 8] = [
+    pub(crate) const ALL: [SignalKind; 8] = [
         SignalKind::Held,
         SignalKind::Refused,
         SignalKind::Truncated,
@@ -54,7 +54,7 @@ impl SignalKind {
         SignalKind::Notify,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SignalKind::Held => "held",
             SignalKind::Refused => "refused",
@@ -68,7 +68,7 @@ impl SignalKind {
     }
 
     /// The mark that raises it, for a kind git shows (visible to every agent).
-    pub fn mark(self) -> Option<&'static str> {
+    pub(crate) fn mark(self) -> Option<&'static str> {
         match self {
             SignalKind::Held => Some(HELD),
             SignalKind::Budget => Some(BUDGET_EXHAUSTED),
@@ -81,30 +81,30 @@ impl SignalKind {
         }
     }
 
-    pub fn parse(s: &str) -> Option<SignalKind> {
+    pub(crate) fn parse(s: &str) -> Option<SignalKind> {
         Self::ALL.into_iter().find(|k| k.as_str() == s)
     }
 }
 
 /// The marks signals are read from.
-pub const HELD: &str = "held";
-pub const NOTIFY: &str = "notify";
-pub const CONFLICTED: &str = "conflicted";
-pub const BUDGET_EXHAUSTED: &str = "budget-exhausted";
-pub const ABANDONED: &str = "abandoned";
+pub(crate) const HELD: &str = "held";
+pub(crate) const NOTIFY: &str = "notify";
+pub(crate) const CONFLICTED: &str = "conflicted";
+pub(crate) const BUDGET_EXHAUSTED: &str = "budget-exhausted";
+pub(crate) const ABANDONED: &str = "abandoned";
 
 /// The finish reason of a call cut at the model's output limit.
-pub const LENGTH: &str = "length";
+pub(crate) const LENGTH: &str = "length";
 
 use crate::records::failure::refusal;
 
 /// One raised signal: its kind, a sentence saying what happened and what answers it,
 /// and the workspace-relative path to look at.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Signal {
-    pub kind: SignalKind,
-    pub says: String,
-    pub path: String,
+pub(crate) struct Signal {
+    pub(crate) kind: SignalKind,
+    pub(crate) says: String,
+    pub(crate) path: String,
 }
 
 /// How an agent's highest step stands, for the step signals.
@@ -202,7 +202,7 @@ fn tail(text: &str) -> String {
 /// How long a state must stand before it raises `mail` or a step signal: a deposit
 /// waits a moment for the driver its writer launches, and a new agent for its first
 /// step's lock, and neither needs a look.
-pub const SETTLE_SECS: i64 = 3;
+pub(crate) const SETTLE_SECS: i64 = 3;
 
 /// The marks signals are read from, as bits of one mask per agent.
 const MARK_BITS: [(&str, u8); 5] = [
@@ -253,14 +253,14 @@ impl PartialEq for Basis {
 
 /// The signals last made for each agent, and what from, so an idle look makes none.
 #[derive(Default)]
-pub struct Memo(crate::FastMap<String, (Basis, Signals)>);
+pub(crate) struct Memo(crate::FastMap<String, (Basis, Signals)>);
 
 /// An agent's signals: `None` when nothing needs a look.
-pub type Signals = Option<Arc<[Signal]>>;
+pub(crate) type Signals = Option<Arc<[Signal]>>;
 
 impl Memo {
     /// Forgets every agent `keep` says no.
-    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
         self.0.retain(|id, _| keep(id));
     }
 }
@@ -269,7 +269,7 @@ impl Memo {
 /// whole workspace sees them ([`visible`] confines them); `ws` is the workspace's
 /// directory, for the commands the sentences give. An agent whose [`Basis`] stands keeps
 /// the signals `memo` has.
-pub fn assign(model: &mut Model, ws: &Path, memo: &mut Memo) {
+pub(crate) fn assign(model: &mut Model, ws: &Path, memo: &mut Memo) {
     let made: Vec<Signals> = {
         let mut masks: crate::FastMap<&str, (u8, Option<git2::Oid>)> = Default::default();
         for ((kind, id), m) in &model.marks {
@@ -319,7 +319,7 @@ pub fn assign(model: &mut Model, ws: &Path, memo: &mut Memo) {
 
 /// Whether agent `confined` may see signal `kind` of agent `id`: its own, and of the
 /// others what git shows (the marks).
-pub fn visible(kind: SignalKind, id: &str, confined: Option<&str>) -> bool {
+pub(crate) fn visible(kind: SignalKind, id: &str, confined: Option<&str>) -> bool {
     confined.is_none_or(|me| me == id) || kind.mark().is_some()
 }
 

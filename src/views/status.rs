@@ -27,9 +27,9 @@ use crate::workspace::ids::parent_of;
 use crate::workspace::{INBOX_DIR, STEPS_DIR};
 
 /// A deposit waiting longer than this is noted: a result nobody consumes (CONTRACT §9.7).
-pub const STALE_PENDING_SECS: i64 = 3600;
+pub(crate) const STALE_PENDING_SECS: i64 = 3600;
 /// The mark kinds the text's flags column shows (`status.json` lists every kind).
-pub const FLAG_KINDS: [&str; 7] = [
+pub(crate) const FLAG_KINDS: [&str; 7] = [
     "notify",
     "abandoned",
     "conflicted",
@@ -39,7 +39,7 @@ pub const FLAG_KINDS: [&str; 7] = [
     "workflow",
 ];
 /// The `held` mark kind.
-pub const HELD_KIND: &str = "held";
+pub(crate) const HELD_KIND: &str = "held";
 /// The first column's header on a home mount.
 const WORKSPACE_HEADER: &str = "WORKSPACE";
 /// The text's columns (`COST` only with prices).
@@ -55,47 +55,47 @@ const NONE: &str = "-";
 
 /// One agent's facts, as both renderings show them.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Row {
+pub(crate) struct Row {
     /// The workspace it lives in, on a home mount (its mount-relative directory); the
     /// renderings then add a `WORKSPACE` column and a `workspace` field.
-    pub workspace: Option<std::sync::Arc<str>>,
-    pub id: String,
-    pub name: Option<String>,
-    pub parent: Option<String>,
+    pub(crate) workspace: Option<std::sync::Arc<str>>,
+    pub(crate) id: String,
+    pub(crate) name: Option<String>,
+    pub(crate) parent: Option<String>,
     /// Generations below the nearest living ancestor that is a root of the listing.
-    pub depth: usize,
+    pub(crate) depth: usize,
     /// `running`, `held`, `pending`, `idle`, or `-` (not visible in this view).
-    pub state: &'static str,
-    pub step: Option<(String, StepState)>,
-    pub pending: usize,
-    pub marks: Vec<String>,
-    pub held: Option<Held>,
-    pub last_activity: Option<i64>,
-    pub title: Option<String>,
+    pub(crate) state: &'static str,
+    pub(crate) step: Option<(String, StepState)>,
+    pub(crate) pending: usize,
+    pub(crate) marks: Vec<String>,
+    pub(crate) held: Option<Held>,
+    pub(crate) last_activity: Option<i64>,
+    pub(crate) title: Option<String>,
     /// Bad records and stale deposits, one line each.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
     /// What needs a look, most urgent first (paths workspace-relative).
-    pub signals: Vec<Signal>,
+    pub(crate) signals: Vec<Signal>,
     /// What its own steps cost; `None` when they are not this view's to see.
-    pub spend: Option<Figures>,
+    pub(crate) spend: Option<Figures>,
     /// What its tree's steps cost (it and every `<id>-*`).
-    pub tree: Option<Figures>,
+    pub(crate) tree: Option<Figures>,
     /// The budget its workflow sets, when it sets one.
-    pub budget: Option<BudgetRow>,
+    pub(crate) budget: Option<BudgetRow>,
 }
 
 /// What some steps cost, as the views show it.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Figures {
-    pub tokens: u64,
-    pub wall_seconds: u64,
-    pub steps: u64,
+pub(crate) struct Figures {
+    pub(crate) tokens: u64,
+    pub(crate) wall_seconds: u64,
+    pub(crate) steps: u64,
     /// With prices only.
-    pub cost: Option<Cost>,
+    pub(crate) cost: Option<Cost>,
 }
 
 impl Figures {
-    pub fn of(s: &Spend, prices: Option<&Prices>) -> Figures {
+    pub(crate) fn of(s: &Spend, prices: Option<&Prices>) -> Figures {
         let cost = prices.map(|p| {
             let mut c = Cost::default();
             for (payer, t) in &s.by_payer {
@@ -111,7 +111,7 @@ impl Figures {
         }
     }
 
-    pub fn add(&mut self, o: &Figures) {
+    pub(crate) fn add(&mut self, o: &Figures) {
         self.tokens = self.tokens.saturating_add(o.tokens);
         self.wall_seconds = self.wall_seconds.saturating_add(o.wall_seconds);
         self.steps = self.steps.saturating_add(o.steps);
@@ -141,21 +141,21 @@ fn usd(v: f64) -> Value {
 /// A budget and what its tree spent of it (`spent`: `None` when that is not this view's
 /// to see).
 #[derive(Debug, Clone, PartialEq)]
-pub struct BudgetRow {
-    pub max_total_tokens: Option<u64>,
-    pub spent: Option<u64>,
-    pub max_wall_seconds: Option<u64>,
-    pub wall_spent: Option<u64>,
+pub(crate) struct BudgetRow {
+    pub(crate) max_total_tokens: Option<u64>,
+    pub(crate) spent: Option<u64>,
+    pub(crate) max_wall_seconds: Option<u64>,
+    pub(crate) wall_spent: Option<u64>,
     /// The litany tree the budget counts (the first two hyphen tokens of the id).
-    pub root: String,
+    pub(crate) root: String,
     /// The commit whose `workflow.yaml` was read, and why that one.
-    pub workflow: String,
-    pub from: String,
+    pub(crate) workflow: String,
+    pub(crate) from: String,
 }
 
 /// The root of an agent's tree as litany's budget check takes it
 /// (`prompt/budget/mod.rs` `root_of`): the id up to its second hyphen.
-pub fn litany_root(id: &str) -> &str {
+pub(crate) fn litany_root(id: &str) -> &str {
     match id.match_indices('-').nth(1) {
         Some((at, _)) => &id[..at],
         None => id,
@@ -177,7 +177,12 @@ fn trees(own: &BTreeMap<&str, Figures>) -> crate::FastMap<String, Figures> {
 
 /// The rows of `model`, parents before their children, as `confined` may see them,
 /// priced with `prices` when given.
-pub fn rows(model: &Model, confined: Option<&str>, now: i64, prices: Option<&Prices>) -> Vec<Row> {
+pub(crate) fn rows(
+    model: &Model,
+    confined: Option<&str>,
+    now: i64,
+    prices: Option<&Prices>,
+) -> Vec<Row> {
     let own: BTreeMap<&str, Figures> = model
         .agents
         .iter()
@@ -369,7 +374,7 @@ pub fn compact(n: u64) -> String {
 }
 
 /// A duration in seconds as `45s`, `12m05s`, `3h02m` or `2d04h`.
-pub fn duration(secs: u64) -> String {
+pub(crate) fn duration(secs: u64) -> String {
     match secs {
         s if s < 60 => format!("{s}s"),
         s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
@@ -437,12 +442,12 @@ fn total_line(rows: &[Row], scope: &str) -> String {
 
 /// The text table: the workspace's total, a header, then one line per row (and its
 /// `!` lines).
-pub fn text(rows: &[Row]) -> String {
+pub(crate) fn text(rows: &[Row]) -> String {
     table(rows, rows.iter().any(|r| r.workspace.is_some()))
 }
 
 /// [`text`] of a home mount's root: a `WORKSPACE` column first, even with no rows.
-pub fn text_of_home(rows: &[Row]) -> String {
+pub(crate) fn text_of_home(rows: &[Row]) -> String {
     table(rows, true)
 }
 
@@ -543,7 +548,7 @@ fn table(rows: &[Row], home: bool) -> String {
 }
 
 /// `status.json`: an array of one object per row, and a newline.
-pub fn json(rows: &[Row]) -> String {
+pub(crate) fn json(rows: &[Row]) -> String {
     let v: Vec<Value> = rows
         .iter()
         .map(|r| {
@@ -621,15 +626,15 @@ fn budget_json(b: &BudgetRow) -> Value {
 
 /// One line of `attention`: a raised signal and whose it is.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Attention {
-    pub workspace: Option<Arc<str>>,
-    pub id: String,
-    pub name: Option<String>,
-    pub signal: Signal,
+pub(crate) struct Attention {
+    pub(crate) workspace: Option<Arc<str>>,
+    pub(crate) id: String,
+    pub(crate) name: Option<String>,
+    pub(crate) signal: Signal,
 }
 
 /// The signals of `rows`, most urgent first (then in the rows' order).
-pub fn attention(rows: &[Row]) -> Vec<Attention> {
+pub(crate) fn attention(rows: &[Row]) -> Vec<Attention> {
     let mut out: Vec<(usize, Attention)> = rows
         .iter()
         .enumerate()
@@ -653,7 +658,7 @@ pub fn attention(rows: &[Row]) -> Vec<Attention> {
 
 /// `attention`: one line per signal, most urgent first, with a header; empty when
 /// nothing needs a look.
-pub fn attention_text(list: &[Attention]) -> String {
+pub(crate) fn attention_text(list: &[Attention]) -> String {
     if list.is_empty() {
         return String::new();
     }
@@ -702,7 +707,7 @@ pub fn attention_text(list: &[Attention]) -> String {
 
 /// `attention.json`: an array of `{workspace?, kind, id, name, says, path}`, most urgent
 /// first.
-pub fn attention_json(list: &[Attention]) -> String {
+pub(crate) fn attention_json(list: &[Attention]) -> String {
     let v: Vec<Value> = list
         .iter()
         .map(|a| {

@@ -28,33 +28,33 @@ use std::path::Path;
 
 /// A descriptor on the workspace root, from which every backing path is resolved.
 #[derive(Debug)]
-pub struct Backing {
+pub(crate) struct Backing {
     root: OwnedFd,
 }
 
 /// The subset of `stat` the view uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stat {
-    pub dev: u64,
-    pub ino: u64,
-    pub mode: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub nlink: u64,
-    pub size: u64,
-    pub mtime: (i64, i64),
-    pub ctime: (i64, i64),
-    pub atime: (i64, i64),
+pub(crate) struct Stat {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) mode: u32,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) nlink: u64,
+    pub(crate) size: u64,
+    pub(crate) mtime: (i64, i64),
+    pub(crate) ctime: (i64, i64),
+    pub(crate) atime: (i64, i64),
 }
 
 impl Stat {
-    pub fn is_dir(&self) -> bool {
+    pub(crate) fn is_dir(&self) -> bool {
         self.mode & libc::S_IFMT == libc::S_IFDIR
     }
-    pub fn is_file(&self) -> bool {
+    pub(crate) fn is_file(&self) -> bool {
         self.mode & libc::S_IFMT == libc::S_IFREG
     }
-    pub fn is_symlink(&self) -> bool {
+    pub(crate) fn is_symlink(&self) -> bool {
         self.mode & libc::S_IFMT == libc::S_IFLNK
     }
 
@@ -104,7 +104,7 @@ pub(crate) fn open_root(path: &Path) -> io::Result<OwnedFd> {
 }
 
 impl Backing {
-    pub fn open(root: &Path) -> io::Result<Self> {
+    pub(crate) fn open(root: &Path) -> io::Result<Self> {
         Ok(Self {
             root: open_root(root)?,
         })
@@ -122,13 +122,13 @@ impl Backing {
     }
 
     /// An `O_PATH` descriptor on directory `rel`, resolved beneath the root.
-    pub fn open_path(&self, rel: &Path) -> io::Result<OwnedFd> {
+    pub(crate) fn open_path(&self, rel: &Path) -> io::Result<OwnedFd> {
         self.openat2(rel, libc::O_PATH | libc::O_DIRECTORY)
     }
 
     /// `lstat` of `rel`: the parent is resolved without symlinks, the last component is
     /// not followed.
-    pub fn lstat(&self, rel: &Path) -> io::Result<Stat> {
+    pub(crate) fn lstat(&self, rel: &Path) -> io::Result<Stat> {
         let (parent, name) = split(rel);
         let dir = self.openat2(parent, libc::O_PATH | libc::O_DIRECTORY)?;
         fstatat(&dir, name)
@@ -136,14 +136,18 @@ impl Backing {
 
     /// Opens a regular file for reading, with its `fstat`. A symlink, a directory or
     /// anything else that is not a regular file is refused.
-    pub fn open_file(&self, rel: &Path) -> io::Result<(File, Stat)> {
+    pub(crate) fn open_file(&self, rel: &Path) -> io::Result<(File, Stat)> {
         regular(self.open_read(rel, FILE_READ)?)
     }
 
     /// [`Backing::open_file`] of entry `name` of directory `dir` (a descriptor from
     /// [`Backing::list_open`]): one component resolved, not the whole path from the
     /// root again, for the records a listing sizes its derived names from.
-    pub fn open_file_in(&self, dir: &impl AsRawFd, name: &OsStr) -> io::Result<(File, Stat)> {
+    pub(crate) fn open_file_in(
+        &self,
+        dir: &impl AsRawFd,
+        name: &OsStr,
+    ) -> io::Result<(File, Stat)> {
         regular(open_read(dir, &cstring(name.as_bytes())?, FILE_READ)?)
     }
 
@@ -151,14 +155,14 @@ impl Backing {
     /// that vanish between the listing and their stat are skipped.
     ///
     /// Read with [`for_each_name`]: a walk lists every directory.
-    pub fn list(&self, rel: &Path) -> io::Result<Vec<(OsString, Stat)>> {
+    pub(crate) fn list(&self, rel: &Path) -> io::Result<Vec<(OsString, Stat)>> {
         self.list_open(rel).map(|(_, entries)| entries)
     }
 
     /// [`Backing::list`], with the descriptor the directory was listed through, still
     /// open: its entries can be reached from it (one component, not followed) rather
     /// than by a walk from the root.
-    pub fn list_open(&self, rel: &Path) -> io::Result<(OwnedFd, Vec<(OsString, Stat)>)> {
+    pub(crate) fn list_open(&self, rel: &Path) -> io::Result<(OwnedFd, Vec<(OsString, Stat)>)> {
         let fd = self.open_read(rel, libc::O_RDONLY | libc::O_DIRECTORY)?;
         let mut out = Vec::new();
         for_each_name(&fd, |name| {
@@ -185,7 +189,7 @@ impl Backing {
     }
 
     /// The target of symlink `rel`, as raw bytes.
-    pub fn readlink(&self, rel: &Path) -> io::Result<Vec<u8>> {
+    pub(crate) fn readlink(&self, rel: &Path) -> io::Result<Vec<u8>> {
         let (parent, name) = split(rel);
         let dir = self.openat2(parent, libc::O_PATH | libc::O_DIRECTORY)?;
         let c = cstring(name.as_bytes())?;
@@ -501,7 +505,7 @@ fn fstatat(dir: &OwnedFd, name: &OsStr) -> io::Result<Stat> {
 }
 
 /// `fstat` of an open file.
-pub fn fstat(file: &impl AsRawFd) -> io::Result<Stat> {
+pub(crate) fn fstat(file: &impl AsRawFd) -> io::Result<Stat> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: valid descriptor and writable stat buffer.
     cvt(unsafe { libc::fstat(file.as_raw_fd(), st.as_mut_ptr()) })?;

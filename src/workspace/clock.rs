@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Now, in litany's clock format: `YYYY-MM-DDTHH:MM:SSZ` (UTC). A clock before the epoch
 /// reads as the epoch.
-pub fn now_utc() -> String {
+pub(crate) fn now_utc() -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
@@ -19,7 +19,7 @@ pub fn now_utc() -> String {
 
 /// `secs` since the epoch as `YYYY-MM-DDTHH:MM:SSZ` (proleptic Gregorian, UTC). Years
 /// outside 0..=9999 are printed with as many digits as they need, as chrono does.
-pub fn format_utc(secs: i64) -> String {
+pub(crate) fn format_utc(secs: i64) -> String {
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
@@ -46,7 +46,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` (litany's clock, CONTRACT §3.3) as seconds since the epoch.
-pub fn parse_utc(s: &str) -> Option<i64> {
+pub(crate) fn parse_utc(s: &str) -> Option<i64> {
     let b = s.as_bytes();
     if b.len() != 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[19] != b'Z' {
         return None;
@@ -74,7 +74,7 @@ pub fn parse_utc(s: &str) -> Option<i64> {
 }
 
 /// Seconds since the epoch now.
-pub fn now_secs() -> i64 {
+pub(crate) fn now_secs() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)

@@ -12,7 +12,7 @@ pub fn is_component(s: &str) -> bool {
 
 /// The parent of agent `id`: the id without its last two hyphen tokens (CONTRACT §2.2,
 /// litany's `parent_of`); `None` for an id of two tokens or fewer (a root).
-pub fn parent_of(id: &str) -> Option<&str> {
+pub(crate) fn parent_of(id: &str) -> Option<&str> {
     let (rest, _short) = id.rsplit_once('-')?;
     let (parent, _ts) = rest.rsplit_once('-')?;
     (!parent.is_empty()).then_some(parent)

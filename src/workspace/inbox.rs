@@ -8,21 +8,21 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// The extension of every deposit.
-pub const MESSAGE_EXT: &str = "md";
+pub(crate) const MESSAGE_EXT: &str = "md";
 /// Minimum width of the sequence number (`user-001.md`; `user-1000.md` after 999).
-pub const SEQ_WIDTH: usize = 3;
+pub(crate) const SEQ_WIDTH: usize = 3;
 /// The sequence number of a sender's first deposit in an empty inbox.
-pub const FIRST_SEQ: u32 = 1;
+pub(crate) const FIRST_SEQ: u32 = 1;
 /// The reserved sender of messages that no agent sent.
 pub const USER_SENDER: &str = "user";
 
 /// The line that opens and closes a deposit's frontmatter (CONTRACT §3.3).
-pub const FRONTMATTER_DELIMITER: &str = "---\n";
+pub(crate) const FRONTMATTER_DELIMITER: &str = "---\n";
 
 /// A message's `---\n<front>\n---\n<body>` as (front, body); `None` when it does not
 /// open with the delimiter or never closes it. An empty header (`---\n---\n`) is `""`.
 /// The one reading of a frontmatter: the views, the transcript and the live tail take it.
-pub fn split_frontmatter(text: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_frontmatter(text: &str) -> Option<(&str, &str)> {
     let rest = text.strip_prefix(FRONTMATTER_DELIMITER)?;
     if let Some(body) = rest.strip_prefix(FRONTMATTER_DELIMITER) {
         return Some(("", body));
@@ -32,12 +32,12 @@ pub fn split_frontmatter(text: &str) -> Option<(&str, &str)> {
 }
 
 /// The `key: value` lines of a frontmatter, in order.
-pub fn frontmatter_fields(front: &str) -> Vec<(&str, &str)> {
+pub(crate) fn frontmatter_fields(front: &str) -> Vec<(&str, &str)> {
     front.lines().filter_map(|l| l.split_once(": ")).collect()
 }
 
 /// The value of field `key` in `text`'s frontmatter, if it has one.
-pub fn frontmatter_field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+pub(crate) fn frontmatter_field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
     let (front, _) = split_frontmatter(text)?;
     frontmatter_fields(front)
         .into_iter()
@@ -68,7 +68,7 @@ pub fn sequence_of(name: &str, sender: &str) -> Option<u32> {
 /// `name` as `(sender, sequence)` when it is `<sender>-<u32>.md`: the one sender for
 /// which [`sequence_of`] answers. A `u32` has no hyphen, so that sender is everything
 /// before the last one (`p1-abc-009.md` is `p1-abc`'s 9th).
-pub fn split_sequence(name: &str) -> Option<(&str, u32)> {
+pub(crate) fn split_sequence(name: &str) -> Option<(&str, u32)> {
     let stem = name.strip_suffix(MESSAGE_EXT)?.strip_suffix('.')?;
     let (sender, seq) = stem.rsplit_once('-')?;
     Some((sender, seq.parse::<u32>().ok()?))
@@ -99,7 +99,7 @@ fn after(max: Option<u32>) -> Option<u32> {
 /// would without looking at each: an inbox nobody drains may hold thousands. Names no
 /// sender's number comes from are not kept.
 #[derive(Debug, Default, Clone)]
-pub struct InboxNames {
+pub(crate) struct InboxNames {
     /// The names counted, so that an event seen twice counts once.
     names: HashSet<String>,
     /// Per sender, how many of `names` carry each number (`a-1.md` and `a-001.md` are
@@ -109,7 +109,7 @@ pub struct InboxNames {
 
 impl InboxNames {
     /// Adds `name`; nothing if it is there already or carries no number.
-    pub fn insert(&mut self, name: &str) {
+    pub(crate) fn insert(&mut self, name: &str) {
         let Some((sender, n)) = split_sequence(name) else {
             return;
         };
@@ -125,7 +125,7 @@ impl InboxNames {
     }
 
     /// Removes `name`; nothing if it is not there.
-    pub fn remove(&mut self, name: &str) {
+    pub(crate) fn remove(&mut self, name: &str) {
         let Some((sender, n)) = split_sequence(name) else {
             return;
         };
@@ -146,7 +146,7 @@ impl InboxNames {
     }
 
     /// [`next_sequence`] over these names.
-    pub fn next_sequence(&self, sender: &str) -> Option<u32> {
+    pub(crate) fn next_sequence(&self, sender: &str) -> Option<u32> {
         after(
             self.sequences
                 .get(sender)

@@ -5,30 +5,30 @@
 //! named layout constants; ids are opaque single components taken from the refs, never
 //! from a listing. Nothing in this module knows about FUSE.
 
-pub mod backing;
-pub mod clock;
+pub(crate) mod backing;
+pub(crate) mod clock;
 pub mod ids;
 pub mod inbox;
 pub mod refs;
-pub mod shared_path;
-pub mod steps;
+pub(crate) mod shared_path;
+pub(crate) mod steps;
 
 use std::io;
 use std::path::{Path, PathBuf};
 
 /// The bare repository every workspace holds; its presence is what makes a workspace.
-pub const REPO_DIR: &str = "repo.git";
+pub(crate) const REPO_DIR: &str = "repo.git";
 /// Per-agent step records (not in git).
-pub const STEPS_DIR: &str = "steps";
+pub(crate) const STEPS_DIR: &str = "steps";
 /// Per-agent inboxes; each `inbox/<id>` directory is also the executor's lock.
-pub const INBOX_DIR: &str = "inbox";
+pub(crate) const INBOX_DIR: &str = "inbox";
 /// Per-agent worktrees; litanyfs reads agent content from git instead (CONTRACT §1.2).
-pub const AGENTS_DIR: &str = "agents";
+pub(crate) const AGENTS_DIR: &str = "agents";
 /// The mount's view of the marks (`marks/<kind>/<id>`, CONTRACT §6): a name of the
 /// workspace as the mount shows it, which the tree lists and the events name paths in.
-pub const MARKS_DIR: &str = "marks";
+pub(crate) const MARKS_DIR: &str = "marks";
 /// The mount's view of the agents' names (`names/<Name>`, a symlink per named agent).
-pub const NAMES_DIR: &str = "names";
+pub(crate) const NAMES_DIR: &str = "names";
 
 /// Why a directory could not be opened as a workspace.
 #[derive(Debug)]
@@ -69,29 +69,29 @@ impl Workspace {
         }
     }
 
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
-    pub fn repo_dir(&self) -> PathBuf {
+    pub(crate) fn repo_dir(&self) -> PathBuf {
         self.root.join(REPO_DIR)
     }
 
-    pub fn steps_dir(&self) -> PathBuf {
+    pub(crate) fn steps_dir(&self) -> PathBuf {
         self.root.join(STEPS_DIR)
     }
 
-    pub fn inbox_dir(&self) -> PathBuf {
+    pub(crate) fn inbox_dir(&self) -> PathBuf {
         self.root.join(INBOX_DIR)
     }
 
     /// `inbox/<id>`: the agent's inbox, which is also its executor-lock home.
-    pub fn agent_inbox(&self, id: &str) -> PathBuf {
+    pub(crate) fn agent_inbox(&self, id: &str) -> PathBuf {
         self.inbox_dir().join(id)
     }
 
     /// `steps/<id>/driver.log`: where detached drivers append their stderr.
-    pub fn driver_log(&self, id: &str) -> PathBuf {
+    pub(crate) fn driver_log(&self, id: &str) -> PathBuf {
         self.steps_dir().join(id).join(steps::DRIVER_LOG)
     }
 }

@@ -29,9 +29,9 @@ use parking_lot::Mutex;
 use super::ids::is_component;
 
 /// The branch prefix of every config lineage: `refs/heads/config/<name>`.
-pub const CONFIG_REF_PREFIX: &str = "refs/heads/config/";
+pub(crate) const CONFIG_REF_PREFIX: &str = "refs/heads/config/";
 /// The branch prefix of every agent: `refs/heads/agents/<id>`.
-pub const AGENT_REF_PREFIX: &str = "refs/heads/agents/";
+pub(crate) const AGENT_REF_PREFIX: &str = "refs/heads/agents/";
 /// `refs/heads/agents/<id>`: the ref that makes `id` an agent.
 pub fn agent_ref(id: &str) -> String {
     format!("{AGENT_REF_PREFIX}{id}")
@@ -42,7 +42,7 @@ pub fn agent_ref(id: &str) -> String {
 /// branch or a `pack-refs` lands), and each mark root of both flavours with its kind
 /// directories. Watching the directories among them sees every ref come, go or move; a
 /// stat of the rest ([`Refs`]'s fingerprint) tells whether any did.
-pub fn ref_places(repo_dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn ref_places(repo_dir: &Path) -> Vec<PathBuf> {
     let mut places = vec![
         repo_dir.join("packed-refs"),
         repo_dir.to_path_buf(),
@@ -65,43 +65,43 @@ pub fn ref_places(repo_dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The file at an agent's tree root that holds its name (`<Name>\n`, or empty).
-pub const NAME_FILE: &str = "name";
+pub(crate) const NAME_FILE: &str = "name";
 /// The file at an agent's tree root where the titler lands a title (CONTRACT §1.2).
-pub const TITLE_FILE: &str = "title";
+pub(crate) const TITLE_FILE: &str = "title";
 /// The transcript directory at an agent's tree root: `<NNN>-<origin>.<md|json>` entries.
-pub const MESSAGES_DIR: &str = "messages";
+pub(crate) const MESSAGES_DIR: &str = "messages";
 
 /// The subjects of the commits litany writes on an agent's branch (CONTRACT §2.4): the
 /// one home of their grammar.
-pub mod subject {
+pub(crate) mod subject {
     /// `transcript NNN: <origin> [<id>]`: the commit that adds entry `NNN`.
-    pub const TRANSCRIPT: &str = "transcript ";
+    pub(crate) const TRANSCRIPT: &str = "transcript ";
     /// `config: ...`: a config commit (an agent ref is created at one, before its
     /// dispatch commit).
-    pub const CONFIG: &str = "config: ";
+    pub(crate) const CONFIG: &str = "config: ";
     /// An agent's creating commit: `dispatch: <role> [<id>]`, or `step 001: dispatch
     /// [<id>]` for roots made before roles.
-    pub const DISPATCH: [&str; 2] = ["dispatch: ", "step 001: dispatch"];
+    pub(crate) const DISPATCH: [&str; 2] = ["dispatch: ", "step 001: dispatch"];
 
     /// The entry number and the rest (`<origin> [<id>]`) of a transcript commit's subject.
-    pub fn transcript(summary: &str) -> Option<(&str, &str)> {
+    pub(crate) fn transcript(summary: &str) -> Option<(&str, &str)> {
         summary.strip_prefix(TRANSCRIPT)?.split_once(": ")
     }
 
-    pub fn is_config(summary: &str) -> bool {
+    pub(crate) fn is_config(summary: &str) -> bool {
         summary.starts_with(CONFIG)
     }
 
-    pub fn is_dispatch(summary: &str) -> bool {
+    pub(crate) fn is_dispatch(summary: &str) -> bool {
         DISPATCH.iter().any(|p| summary.starts_with(p))
     }
 }
 /// The longest a snapshot is trusted without looking at the refs: past it, a use re-reads
 /// them (no watch) or compares their fingerprint (watched).
-pub const SNAPSHOT_MAX_AGE: Duration = Duration::from_millis(500);
+pub(crate) const SNAPSHOT_MAX_AGE: Duration = Duration::from_millis(500);
 /// With a watch, the longest a snapshot whose fingerprint still matches is kept: a lost
 /// event whose update landed within the fingerprint's timestamp tick is seen by then.
-pub const WATCHED_SNAPSHOT_MAX_AGE: Duration = Duration::from_secs(5);
+pub(crate) const WATCHED_SNAPSHOT_MAX_AGE: Duration = Duration::from_secs(5);
 
 /// Which engine wrote the workspace; it decides the mark root (CONTRACT §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -113,7 +113,7 @@ pub enum Flavour {
 
 impl Flavour {
     /// `refs/litany/` or `refs/lernie/`: where this flavour keeps `<kind>/<id>` marks.
-    pub fn mark_root(self) -> &'static str {
+    pub(crate) fn mark_root(self) -> &'static str {
         match self {
             Self::Litany => "refs/litany/",
             Self::Lernie => "refs/lernie/",
@@ -121,14 +121,14 @@ impl Flavour {
     }
 
     /// `<mark root><kind>/<id>`: the ref of one mark.
-    pub fn mark_ref(self, kind: &str, id: &str) -> String {
+    pub(crate) fn mark_ref(self, kind: &str, id: &str) -> String {
         format!("{}{kind}/{id}", self.mark_root())
     }
 
     /// The flavour a set of mark-root presences implies: litany when it has marks (a
     /// migrated workspace may hold both, and litany is the live engine), else lernie when
     /// only lernie marks exist, else litany.
-    pub fn detect(has_litany_marks: bool, has_lernie_marks: bool) -> Self {
+    pub(crate) fn detect(has_litany_marks: bool, has_lernie_marks: bool) -> Self {
         if !has_litany_marks && has_lernie_marks {
             Self::Lernie
         } else {
@@ -142,31 +142,31 @@ impl Flavour {
 pub struct Snapshot {
     /// Agent id → branch tip.
     pub agents: BTreeMap<String, Oid>,
-    pub flavour: Flavour,
+    pub(crate) flavour: Flavour,
     /// Mark kind → agent id → target, under the flavour's mark root.
-    pub marks: BTreeMap<String, BTreeMap<String, Oid>>,
+    pub(crate) marks: BTreeMap<String, BTreeMap<String, Oid>>,
     /// Name → id, for names that exactly one living agent wears.
     pub names: BTreeMap<String, String>,
     /// Names that two or more living agents wear, with their ids (sorted); left out of
     /// [`Self::names`].
-    pub clashes: BTreeMap<String, Vec<String>>,
+    pub(crate) clashes: BTreeMap<String, Vec<String>>,
     /// Ref names that could not be used as one path component, and so are not shown.
-    pub skipped: Vec<String>,
+    pub(crate) skipped: Vec<String>,
     /// When what this snapshot shows last changed: the mtime of the directories built
     /// from it, so that the kernel drops a cached listing once it is stale.
-    pub changed_at: Option<SystemTime>,
+    pub(crate) changed_at: Option<SystemTime>,
     /// Ref name → (target, when it last moved), for every agent branch and mark shown.
     /// The time is carried over while the target stays the same and is the snapshot's
     /// own time when it moved, so a time always comes with the content it dates: the
     /// kernel, which keeps a node's cached content until its mtime changes, can never
     /// be told a new time for old content (a live stat of the ref file could, between a
     /// ref update and the snapshot's invalidation).
-    pub moved: HashMap<String, (Oid, SystemTime)>,
+    pub(crate) moved: HashMap<String, (Oid, SystemTime)>,
 }
 
 impl Snapshot {
     /// When ref `refname` last moved, as this snapshot knows it.
-    pub fn moved_at(&self, refname: &str) -> Option<SystemTime> {
+    pub(crate) fn moved_at(&self, refname: &str) -> Option<SystemTime> {
         self.moved.get(refname).map(|(_, at)| *at)
     }
 
@@ -207,7 +207,7 @@ pub enum GitEntry {
 pub struct LogEntry {
     pub id: Oid,
     /// Seconds since the epoch.
-    pub author_time: i64,
+    pub(crate) author_time: i64,
     /// The subject line (lossy UTF-8).
     pub summary: String,
 }
@@ -215,8 +215,8 @@ pub struct LogEntry {
 /// Git errors carry the operation that failed, for the log line.
 #[derive(Debug)]
 pub struct GitError {
-    pub op: String,
-    pub source: git2::Error,
+    pub(crate) op: String,
+    pub(crate) source: git2::Error,
 }
 
 impl std::fmt::Display for GitError {
@@ -245,7 +245,7 @@ struct Cached {
 
 /// How many object headers and commit times are remembered. Objects never change, so
 /// the cache needs no invalidation, only a bound; past it, it starts over.
-pub const OBJECT_CACHE_ENTRIES: usize = 65_536;
+pub(crate) const OBJECT_CACHE_ENTRIES: usize = 65_536;
 
 /// What is remembered about an object.
 #[derive(Debug, Clone, Copy)]
@@ -256,10 +256,10 @@ enum ObjectInfo {
 
 /// The largest blob read whole: a file under `agents/`, a mark, a transcript entry. A
 /// larger one is never read into memory (the view answers `EFBIG`).
-pub const MAX_BLOB_BYTES: u64 = 32 << 20;
+pub(crate) const MAX_BLOB_BYTES: u64 = 32 << 20;
 /// The most commits a first-parent walk reads; an older commit is as if it were not
 /// there (a transcript entry it alone dates shows `time unknown`).
-pub const MAX_HISTORY_COMMITS: usize = 100_000;
+pub(crate) const MAX_HISTORY_COMMITS: usize = 100_000;
 /// The longest `name` file read as a name; a longer one names nobody.
 const MAX_NAME_BYTES: u64 = 4096;
 /// The most idle handles on `repo.git` kept for reuse ([`Pool`]).
@@ -440,12 +440,12 @@ impl Refs {
 
     /// Tells the refs that a watch invalidates them on every change, so that a
     /// snapshot need not be checked against the ref directories on each use.
-    pub fn set_watched(&self, watched: bool) {
+    pub(crate) fn set_watched(&self, watched: bool) {
         self.watched.store(watched, Ordering::Relaxed);
     }
 
     /// Whether a watch invalidates the refs on every change (see [`Refs::set_watched`]).
-    pub fn is_watched(&self) -> bool {
+    pub(crate) fn is_watched(&self) -> bool {
         self.watched.load(Ordering::Relaxed)
     }
 
@@ -553,7 +553,7 @@ impl Refs {
 
     /// The entries of a tree, in git's order; names that are not valid UTF-8 components
     /// are left out.
-    pub fn list_tree(&self, tree: Oid) -> Result<Vec<(String, GitEntry)>, GitError> {
+    pub(crate) fn list_tree(&self, tree: Oid) -> Result<Vec<(String, GitEntry)>, GitError> {
         let repo = self.pool.get()?;
         let tree = git(|| format!("tree {tree}"), repo.find_tree(tree))?;
         Ok(tree
@@ -575,7 +575,7 @@ impl Refs {
     }
 
     /// An object's type and size, read from its header only.
-    pub fn header(&self, oid: Oid) -> Result<(ObjectType, u64), GitError> {
+    pub(crate) fn header(&self, oid: Oid) -> Result<(ObjectType, u64), GitError> {
         if let Some(ObjectInfo::Header(kind, size)) = self.objects.lock().get(&(oid, false)) {
             return Ok((*kind, *size));
         }
@@ -618,7 +618,7 @@ impl Refs {
     }
 
     /// The tip of every config lineage (`refs/heads/config/*`), sorted.
-    pub fn config_heads(&self) -> Result<Vec<Oid>, GitError> {
+    pub(crate) fn config_heads(&self) -> Result<Vec<Oid>, GitError> {
         let repo = self.pool.get()?;
         let mut skipped = Vec::new();
         let mut heads: Vec<Oid> = list_refs(&repo, CONFIG_REF_PREFIX, &mut skipped)?
@@ -629,12 +629,12 @@ impl Refs {
     }
 
     /// The best common ancestor of commits `a` and `b`, if they have one.
-    pub fn merge_base(&self, a: Oid, b: Oid) -> Option<Oid> {
+    pub(crate) fn merge_base(&self, a: Oid, b: Oid) -> Option<Oid> {
         self.pool.get().ok()?.merge_base(a, b).ok()
     }
 
     /// Whether commit `a` is `b` or an ancestor of it (`git merge-base --is-ancestor`).
-    pub fn is_ancestor(&self, a: Oid, b: Oid) -> bool {
+    pub(crate) fn is_ancestor(&self, a: Oid, b: Oid) -> bool {
         a == b
             || self
                 .pool
@@ -643,7 +643,7 @@ impl Refs {
     }
 
     /// The committer time of a commit, used as the mtime of what it holds.
-    pub fn commit_time(&self, oid: Oid) -> Result<SystemTime, GitError> {
+    pub(crate) fn commit_time(&self, oid: Oid) -> Result<SystemTime, GitError> {
         if let Some(ObjectInfo::CommitTime(t)) = self.objects.lock().get(&(oid, true)) {
             return Ok(*t);
         }

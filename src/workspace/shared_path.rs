@@ -24,12 +24,12 @@ use triomphe::ThinArc;
 
 /// A shared, immutable relative path: its last component, and its parent.
 #[derive(Clone)]
-pub struct SharedPath(ThinArc<Option<SharedPath>, u8>);
+pub(crate) struct SharedPath(ThinArc<Option<SharedPath>, u8>);
 
 impl SharedPath {
     /// The chain of `path`'s components (`.` and empty components dropped, as
     /// [`Path::components`] does). The empty path is one empty component.
-    pub fn new(path: &Path) -> Self {
+    pub(crate) fn new(path: &Path) -> Self {
         let mut chain: Option<SharedPath> = None;
         for c in path.components() {
             let name = match c {
@@ -47,7 +47,7 @@ impl SharedPath {
 
     /// The entry `name` inside this path, sharing this path as its parent. A `name` of
     /// several components is split, as [`Path::join`] would.
-    pub fn join(&self, name: &OsStr) -> Self {
+    pub(crate) fn join(&self, name: &OsStr) -> Self {
         let path = Path::new(name);
         let mut parts = path.components();
         match (parts.next(), parts.next()) {
@@ -60,23 +60,23 @@ impl SharedPath {
     }
 
     /// The last component.
-    pub fn file_name(&self) -> &OsStr {
+    pub(crate) fn file_name(&self) -> &OsStr {
         OsStr::from_bytes(&self.0.slice)
     }
 
     /// The path without its last component, if it has more than one.
-    pub fn parent(&self) -> Option<&SharedPath> {
+    pub(crate) fn parent(&self) -> Option<&SharedPath> {
         self.0.header.header.as_ref()
     }
 
     /// How many components the path has.
-    pub fn depth(&self) -> usize {
+    pub(crate) fn depth(&self) -> usize {
         std::iter::successors(Some(self), |p| p.parent()).count()
     }
 
     /// The components, root first, borrowed from the chain: `out` is filled with the
     /// first `out.len()` of them (or all, if fewer), and the count written is returned.
-    pub fn components<'a>(&'a self, out: &mut [&'a OsStr]) -> usize {
+    pub(crate) fn components<'a>(&'a self, out: &mut [&'a OsStr]) -> usize {
         let depth = self.depth();
         let n = depth.min(out.len());
         for (i, p) in std::iter::successors(Some(self), |p| p.parent()).enumerate() {
@@ -90,7 +90,7 @@ impl SharedPath {
     }
 
     /// The whole path, made afresh.
-    pub fn to_path(&self) -> PathBuf {
+    pub(crate) fn to_path(&self) -> PathBuf {
         // One walk up the chain, leaf first; the path is built root first from it.
         let names: Vec<&OsStr> = std::iter::successors(Some(self), |p| p.parent())
             .map(|p| p.file_name())

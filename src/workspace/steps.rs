@@ -2,36 +2,36 @@
 //! harness's own scratch (CONTRACT §4).
 
 /// The driver's stderr log beside an agent's numbered step directories.
-pub const DRIVER_LOG: &str = "driver.log";
+pub(crate) const DRIVER_LOG: &str = "driver.log";
 
 /// A step's raw model answer: the NDJSON of brazen stream events, appended as they come.
-pub const RESPONSE_FILE: &str = "response.json";
+pub(crate) const RESPONSE_FILE: &str = "response.json";
 /// A step's closing record: written once the step is done, so its records no longer grow.
-pub const META_FILE: &str = "meta.json";
+pub(crate) const META_FILE: &str = "meta.json";
 /// A step's canonical request, written before the model call (CONTRACT §4.1).
-pub const REQUEST_FILE: &str = "request.json";
+pub(crate) const REQUEST_FILE: &str = "request.json";
 /// The model entry being built during the call; renamed into the worktree as
 /// `messages/NNN-<model>.json` when it is committed, left behind when the step fails.
-pub const STAGING_FILE: &str = "staging.json";
+pub(crate) const STAGING_FILE: &str = "staging.json";
 /// The adapter's stderr, every attempt's appended (normally empty: brazen speaks its
 /// failures in-band).
-pub const STDERR_FILE: &str = "stderr.log";
+pub(crate) const STDERR_FILE: &str = "stderr.log";
 /// A step's tool records directory: one `<tool_use_id>/` per tool call.
-pub const TOOLS_DIR: &str = "tools";
+pub(crate) const TOOLS_DIR: &str = "tools";
 /// A tool record's input (the model's call as litany wrote it).
-pub const INPUT_FILE: &str = "input.json";
+pub(crate) const INPUT_FILE: &str = "input.json";
 /// A tool record's capture: stdout, stderr, exit code and times (CONTRACT §4.2, §5).
-pub const OUTPUT_FILE: &str = "output.json";
+pub(crate) const OUTPUT_FILE: &str = "output.json";
 
 /// The tool whose input is a command line.
-pub const BASH_TOOL: &str = "bash";
+pub(crate) const BASH_TOOL: &str = "bash";
 /// The one field of a `bash` input.
-pub const BASH_COMMAND: &str = "command";
+pub(crate) const BASH_COMMAND: &str = "command";
 
 /// The command line a tool call runs, as the model typed it: the input of a `bash` call
 /// that holds nothing but its command. Anything else (another tool, more fields) is shown
 /// as its JSON by whoever asks: the transcripts, `response.md` and the events all ask here.
-pub fn command_as_typed<'a>(tool: &str, input: &'a serde_json::Value) -> Option<&'a str> {
+pub(crate) fn command_as_typed<'a>(tool: &str, input: &'a serde_json::Value) -> Option<&'a str> {
     if tool != BASH_TOOL {
         return None;
     }
@@ -44,10 +44,10 @@ pub fn command_as_typed<'a>(tool: &str, input: &'a serde_json::Value) -> Option<
 
 /// The suffix of the harness's write-then-rename temp files (`output.json.tmp`,
 /// `input.json.tmp`, `*-mark.<pid>.tmp`). A `.tmp` file is never a finished record.
-pub const HARNESS_TEMP_SUFFIX: &str = ".tmp";
+pub(crate) const HARNESS_TEMP_SUFFIX: &str = ".tmp";
 
 /// The number of a step directory's name (`007` is 7), if it is one: digits only.
-pub fn step_number(name: &[u8]) -> Option<u64> {
+pub(crate) fn step_number(name: &[u8]) -> Option<u64> {
     if name.is_empty() || !name.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -56,12 +56,12 @@ pub fn step_number(name: &[u8]) -> Option<u64> {
 
 /// The name litany gives step `n`'s directory: the number, three digits at least
 /// (CONTRACT §4.1, `{:03}`).
-pub fn step_dir_name(n: u64) -> String {
+pub(crate) fn step_dir_name(n: u64) -> String {
     format!("{n:03}")
 }
 
 /// True for a name under `steps/` that the view hides: the harness's temp files.
-pub fn is_harness_temp(name: &[u8]) -> bool {
+pub(crate) fn is_harness_temp(name: &[u8]) -> bool {
     name.ends_with(HARNESS_TEMP_SUFFIX.as_bytes())
 }
 

@@ -77,13 +77,13 @@ mod ledger;
 use ledger::{State, Watch};
 
 /// How long a deposit stays protected if it is neither delivered nor deleted.
-pub const DEFAULT_GUARD_WINDOW: Duration = Duration::from_secs(120);
+pub(crate) const DEFAULT_GUARD_WINDOW: Duration = Duration::from_secs(120);
 /// The most message bytes the guard keeps for re-deposit. A rename can only replace a
 /// deposit in the milliseconds after it was linked (module docs, point 5), so the most
 /// recent messages are the ones worth keeping; 16 MiB holds sixteen at the size limit.
-pub const DEFAULT_GUARD_BYTES: usize = 16 << 20;
+pub(crate) const DEFAULT_GUARD_BYTES: usize = 16 << 20;
 /// The most deposits the guard tracks at once (each holds one file descriptor).
-pub const DEFAULT_GUARD_RECORDS: usize = 256;
+pub(crate) const DEFAULT_GUARD_RECORDS: usize = 256;
 
 /// How long the background thread rests after each round, so that a burst of deposits
 /// wakes it once rather than once per event (each wakeup is paid for by the depositing
@@ -106,11 +106,11 @@ const WATCH_MASK: u32 = libc::IN_CREATE
 #[derive(Debug, Clone)]
 pub struct GuardOptions {
     /// How long a deposit is protected (see the module docs, point 5).
-    pub window: Duration,
+    pub(crate) window: Duration,
     /// The most content bytes kept for re-deposit, over all tracked deposits.
-    pub max_bytes: usize,
+    pub(crate) max_bytes: usize,
     /// The most deposits tracked at once.
-    pub max_records: usize,
+    pub(crate) max_records: usize,
 }
 
 impl Default for GuardOptions {
@@ -125,10 +125,10 @@ impl Default for GuardOptions {
 
 /// Called (outside the guard's lock) after each re-deposit with the recipient and the
 /// new file; the deposit engine uses it to wake the agent.
-pub type OnRedeposit = Box<dyn Fn(&str, &Published) + Send + Sync>;
+pub(crate) type OnRedeposit = Box<dyn Fn(&str, &Published) + Send + Sync>;
 
 /// Watches the inboxes we deposited into and re-deposits what a rename replaced.
-pub struct Guard {
+pub(crate) struct Guard {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
 }
@@ -151,7 +151,7 @@ struct Shared {
 impl Guard {
     /// Starts the guard for the workspace at `root` (its `repo.git` answers whether a
     /// recipient still exists).
-    pub fn new(
+    pub(crate) fn new(
         root: &Path,
         opts: GuardOptions,
         on_redeposit: Option<OnRedeposit>,
@@ -198,7 +198,7 @@ impl Guard {
 
     /// Publishes `body` from `sender` into `recipient`'s inbox (like
     /// [`super::publish()`]) and protects it from being replaced.
-    pub fn publish(
+    pub(crate) fn publish(
         &self,
         recipient: &str,
         sender: &str,
@@ -223,17 +223,17 @@ impl Guard {
     /// Processes every event queued so far and performs the re-deposits they call for,
     /// before returning. The background thread does the same on its own; this is for
     /// callers that need the outcome now (tests, shutdown).
-    pub fn sync(&self) {
+    pub(crate) fn sync(&self) {
         self.shared.settle();
     }
 
     /// How many deposits are protected right now.
-    pub fn tracked(&self) -> usize {
+    pub(crate) fn tracked(&self) -> usize {
         self.shared.state.lock().records.len()
     }
 
     /// How many re-deposits the guard has made.
-    pub fn redeposits(&self) -> u64 {
+    pub(crate) fn redeposits(&self) -> u64 {
         self.shared.redeposits.load(Ordering::Relaxed)
     }
 }

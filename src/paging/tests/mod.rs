@@ -19,11 +19,11 @@ use tempfile::TempDir;
 /// the same struct.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub(super) struct ToolOutputRecord {
-    pub stdout: String,
-    pub stderr: String,
-    pub exit_code: i32,
-    pub started_at: String,
-    pub ended_at: String,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+    pub(crate) exit_code: i32,
+    pub(crate) started_at: String,
+    pub(crate) ended_at: String,
 }
 
 impl ToolOutputRecord {
@@ -51,8 +51,8 @@ pub(super) fn reference(bytes: &[u8]) -> Result<ToolOutputRecord, String> {
 /// A file holding `bytes`, open for reading, in its own directory.
 pub(super) struct Capture {
     _dir: TempDir,
-    pub path: PathBuf,
-    pub file: File,
+    pub(crate) path: PathBuf,
+    pub(crate) file: File,
 }
 
 pub(super) fn capture(bytes: &[u8]) -> Capture {

@@ -41,7 +41,7 @@ mod tally;
 
 use fast::{Run, text_run};
 pub(super) use fold::{Fold, Outcome};
-pub use tally::{Attempt, Tally, Tokens};
+pub(crate) use tally::{Attempt, Tally, Tokens};
 
 #[cfg(test)]
 pub(super) use fast::takes_fast_path;
@@ -50,7 +50,7 @@ pub(super) use fast::takes_fast_path;
 const CHUNK: usize = 256 * 1024;
 /// The longest line of a `response.json` read into memory (brazen's longest, a whole
 /// tool input, is far shorter); a longer one is shown as a line naming its length.
-pub const MAX_LINE_BYTES: usize = 8 << 20;
+pub(crate) const MAX_LINE_BYTES: usize = 8 << 20;
 
 /// What [`each_lines`] hands over: complete lines (each with its `\n`), or one line
 /// longer than [`MAX_LINE_BYTES`], by its length with its `\n`, never read whole.

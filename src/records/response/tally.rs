@@ -22,33 +22,33 @@ use super::fold::{Event, UsageEvent, error_kind};
 /// (the call's whole prompt, cached slices included), so `prompt + output` is what
 /// litany's budget counts ([`Tokens::total`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Tokens {
-    pub prompt: u64,
-    pub output: u64,
-    pub cache_read: u64,
-    pub cache_write: u64,
+pub(crate) struct Tokens {
+    pub(crate) prompt: u64,
+    pub(crate) output: u64,
+    pub(crate) cache_read: u64,
+    pub(crate) cache_write: u64,
 }
 
 impl Tokens {
     /// What litany's budget counts: the prompt side plus the output.
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.prompt.saturating_add(self.output)
     }
 
     /// The prompt tokens read neither from nor into a cache.
-    pub fn uncached(&self) -> u64 {
+    pub(crate) fn uncached(&self) -> u64 {
         self.prompt
             .saturating_sub(self.cache_read.saturating_add(self.cache_write))
     }
 
-    pub fn add(&mut self, o: &Tokens) {
+    pub(crate) fn add(&mut self, o: &Tokens) {
         self.prompt = self.prompt.saturating_add(o.prompt);
         self.output = self.output.saturating_add(o.output);
         self.cache_read = self.cache_read.saturating_add(o.cache_read);
         self.cache_write = self.cache_write.saturating_add(o.cache_write);
     }
 
-    pub fn sub(&mut self, o: &Tokens) {
+    pub(crate) fn sub(&mut self, o: &Tokens) {
         self.prompt = self.prompt.saturating_sub(o.prompt);
         self.output = self.output.saturating_sub(o.output);
         self.cache_read = self.cache_read.saturating_sub(o.cache_read);
@@ -73,43 +73,43 @@ impl Tokens {
 
 /// How the newest attempt went, so far.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Attempt {
+pub(crate) struct Attempt {
     /// The model its `message_start` named.
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
     /// Its last `finish` reason.
-    pub finish: Option<String>,
+    pub(crate) finish: Option<String>,
     /// Its last `error` event, as `<kind>: <message>`.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// Its last usage line's `output_tokens`.
-    pub output_tokens: Option<u64>,
+    pub(crate) output_tokens: Option<u64>,
     /// It ended with an `end` event.
-    pub ended: bool,
+    pub(crate) ended: bool,
 }
 
 impl Attempt {
     /// It ended cleanly: `end` after a `finish` with no error (litany then commits it).
     /// A finish `length` ends cleanly here too: whether that is at rest is the caller's.
-    pub fn clean(&self) -> bool {
+    pub(crate) fn clean(&self) -> bool {
         self.ended && self.finish.is_some() && self.error.is_none()
     }
 }
 
 /// What the lines fed so far say (module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Tally {
+pub(crate) struct Tally {
     /// Every usage line of every attempt.
-    pub tokens: Tokens,
+    pub(crate) tokens: Tokens,
     /// Attempts opened.
-    pub attempts: u32,
+    pub(crate) attempts: u32,
     /// The newest attempt; `None` before the first.
-    pub last: Option<Attempt>,
+    pub(crate) last: Option<Attempt>,
     /// Whether an attempt is open (no `end` since it began).
     open: bool,
 }
 
 impl Tally {
     /// Folds one complete line (without its `\n`).
-    pub fn feed_line(&mut self, line: &[u8]) {
+    pub(crate) fn feed_line(&mut self, line: &[u8]) {
         if line.is_empty() {
             return;
         }
@@ -160,7 +160,7 @@ impl Tally {
 
     /// Folds every complete line of `bytes`; returns how many bytes that was (the rest
     /// is a line still being written).
-    pub fn feed(&mut self, bytes: &[u8]) -> usize {
+    pub(crate) fn feed(&mut self, bytes: &[u8]) -> usize {
         let mut at = 0;
         for end in memchr::memchr_iter(b'\n', bytes) {
             self.feed_line(&bytes[at..end]);
@@ -173,7 +173,7 @@ impl Tally {
     /// offset just past the last (where to go on from once more is written). With
     /// `closed` (nobody appends any more), a last line without its `\n` is folded too,
     /// as litany's budget reads it, and the offset is the file's end.
-    pub fn read(
+    pub(crate) fn read(
         &mut self,
         file: &std::fs::File,
         offset: u64,

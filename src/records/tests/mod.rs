@@ -15,59 +15,59 @@ pub(super) mod ev {
         serde_json::to_string(text).unwrap()
     }
 
-    pub fn start(id: &str) -> String {
+    pub(crate) fn start(id: &str) -> String {
         format!(
             r#"{{"type":"message_start","v":1,"id":{},"model":"fake","role":"assistant"}}"#,
             s(id)
         )
     }
-    pub fn text_start(i: u32) -> String {
+    pub(crate) fn text_start(i: u32) -> String {
         format!(r#"{{"type":"content_start","index":{i},"kind":{{"text":{{}}}}}}"#)
     }
-    pub fn thinking_start(i: u32) -> String {
+    pub(crate) fn thinking_start(i: u32) -> String {
         format!(r#"{{"type":"content_start","index":{i},"kind":{{"thinking":{{}}}}}}"#)
     }
-    pub fn tool_start(i: u32, id: &str, name: &str) -> String {
+    pub(crate) fn tool_start(i: u32, id: &str, name: &str) -> String {
         format!(
             r#"{{"type":"content_start","index":{i},"kind":{{"tool_use":{{"id":{},"name":{}}}}}}}"#,
             s(id),
             s(name)
         )
     }
-    pub fn text(i: u32, t: &str) -> String {
+    pub(crate) fn text(i: u32, t: &str) -> String {
         format!(
             r#"{{"type":"content_delta","index":{i},"delta":{{"text_delta":{}}}}}"#,
             s(t)
         )
     }
-    pub fn thinking(i: u32, t: &str) -> String {
+    pub(crate) fn thinking(i: u32, t: &str) -> String {
         format!(
             r#"{{"type":"content_delta","index":{i},"delta":{{"thinking_delta":{}}}}}"#,
             s(t)
         )
     }
-    pub fn json(i: u32, t: &str) -> String {
+    pub(crate) fn json(i: u32, t: &str) -> String {
         format!(
             r#"{{"type":"content_delta","index":{i},"delta":{{"json_delta":{}}}}}"#,
             s(t)
         )
     }
-    pub fn stop(i: u32) -> String {
+    pub(crate) fn stop(i: u32) -> String {
         format!(r#"{{"type":"content_stop","index":{i}}}"#)
     }
-    pub fn usage(input: u32, output: u32) -> String {
+    pub(crate) fn usage(input: u32, output: u32) -> String {
         format!(r#"{{"type":"usage","input_tokens":{input},"output_tokens":{output}}}"#)
     }
-    pub fn finish(reason: &str) -> String {
+    pub(crate) fn finish(reason: &str) -> String {
         format!(r#"{{"type":"finish","reason":{}}}"#, s(reason))
     }
-    pub fn error(kind: &str, message: &str) -> String {
+    pub(crate) fn error(kind: &str, message: &str) -> String {
         format!(
             r#"{{"type":"error","kind":{kind},"message":{}}}"#,
             s(message)
         )
     }
-    pub fn end() -> String {
+    pub(crate) fn end() -> String {
         r#"{"type":"end"}"#.to_string()
     }
 }

@@ -22,13 +22,13 @@ use crate::workspace::ids::parent_of;
 use crate::workspace::refs::GitEntry;
 
 /// The file a workflow commit holds its policy in.
-pub const WORKFLOW_FILE: &str = "workflow.yaml";
+pub(crate) const WORKFLOW_FILE: &str = "workflow.yaml";
 /// The mark kind that pins an agent's (and its descent's) workflow.
-pub const WORKFLOW_MARK: &str = "workflow";
+pub(crate) const WORKFLOW_MARK: &str = "workflow";
 
 /// Where an agent's workflow came from (said in `status.json`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WorkflowFrom {
+pub(crate) enum WorkflowFrom {
     /// The `workflow` mark of `holder` (the agent or an ancestor).
     Mark { holder: String },
     /// The tip of the config lineage the agent follows.
@@ -39,12 +39,12 @@ pub enum WorkflowFrom {
 
 /// What `budgets:` of an agent's workflow sets (at least one limit).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Budget {
-    pub max_total_tokens: Option<u64>,
-    pub max_wall_seconds: Option<u64>,
+pub(crate) struct Budget {
+    pub(crate) max_total_tokens: Option<u64>,
+    pub(crate) max_wall_seconds: Option<u64>,
     /// The commit whose `workflow.yaml` was read.
-    pub workflow: Oid,
-    pub from: WorkflowFrom,
+    pub(crate) workflow: Oid,
+    pub(crate) from: WorkflowFrom,
 }
 
 /// `budgets:` as litany's `Budgets` reads it (an omitted limit is unbounded).
@@ -87,7 +87,7 @@ fn parse(text: &[u8], commit: Oid) -> Budgets {
 
 impl Scanner {
     /// The workspace now, with each agent's budget ([`super::Agent::budget`]).
-    pub fn scan_for_status(&mut self) -> super::Model {
+    pub(crate) fn scan_for_status(&mut self) -> super::Model {
         let mut model = self.scan();
         let heads: Arc<[Oid]> = match self.refs.config_heads() {
             Ok(h) => h.into(),

@@ -15,18 +15,18 @@ use crate::workspace::inbox::pending_sender;
 const DEPOSIT_HEAD_BYTES: usize = 1024;
 
 /// An inbox's pending deposits, by (file name, mtime in ns).
-pub type Inbox = BTreeMap<(String, i128), Pending>;
+pub(crate) type Inbox = BTreeMap<(String, i128), Pending>;
 
 /// A pending deposit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pending {
-    pub sender: String,
+pub(crate) struct Pending {
+    pub(crate) sender: String,
     /// Seconds since the epoch.
-    pub mtime: i64,
+    pub(crate) mtime: i64,
     /// Its inode: with its name, what a deposit through the mount is known by.
-    pub ino: u64,
+    pub(crate) ino: u64,
     /// Its `deposited_at:`, in seconds, when the frontmatter has one.
-    pub deposited_at: Option<i64>,
+    pub(crate) deposited_at: Option<i64>,
 }
 
 impl Scanner {
@@ -80,7 +80,7 @@ impl Scanner {
 }
 
 /// The `deposited_at:` of a deposit's frontmatter, in seconds.
-pub fn deposited_at(text: &str) -> Option<i64> {
+pub(crate) fn deposited_at(text: &str) -> Option<i64> {
     crate::workspace::inbox::frontmatter_field(text, "deposited_at")
         .and_then(|v| parse_utc(v.trim()))
 }

@@ -28,13 +28,13 @@ use crate::workspace::{INBOX_DIR, STEPS_DIR};
 
 mod budget;
 mod inbox;
-pub mod spend;
+pub(crate) mod spend;
 mod steps;
 
-pub use budget::{Budget, WorkflowFrom};
-pub use inbox::{Inbox, Pending, deposited_at};
-pub use spend::{Account, Ledger, Spend};
-pub use steps::{
+pub(crate) use budget::{Budget, WorkflowFrom};
+pub(crate) use inbox::{Inbox, Pending, deposited_at};
+pub(crate) use spend::{Account, Ledger, Spend};
+pub(crate) use steps::{
     Finish, META_READ_BYTES, Meta, MetaRecord, Output, Step, StepList, StepName, StepState, Tool,
 };
 
@@ -42,20 +42,20 @@ pub use steps::{
 #[derive(Debug, Clone, Default)]
 pub struct Model {
     /// Seconds since the epoch when it was gathered.
-    pub at: i64,
+    pub(crate) at: i64,
     pub agents: BTreeMap<String, Agent>,
     /// (kind, id) → mark.
-    pub marks: BTreeMap<(String, String), Mark>,
+    pub(crate) marks: BTreeMap<(String, String), Mark>,
 }
 
 impl Model {
     /// The name agent `id` wears, if it has one.
-    pub fn name(&self, id: &str) -> Option<&str> {
+    pub(crate) fn name(&self, id: &str) -> Option<&str> {
         self.agents.get(id).and_then(|a| a.name.as_deref())
     }
 
     /// The marks of agent `id`, by kind.
-    pub fn marks_of<'a>(&'a self, id: &'a str) -> impl Iterator<Item = (&'a str, &'a Mark)> {
+    pub(crate) fn marks_of<'a>(&'a self, id: &'a str) -> impl Iterator<Item = (&'a str, &'a Mark)> {
         self.marks
             .iter()
             .filter(move |((_, who), _)| who == id)
@@ -66,48 +66,48 @@ impl Model {
 /// One living agent (an `refs/heads/agents/<id>` ref).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Agent {
-    pub tip: Oid,
-    pub name: Option<String>,
-    pub title: Option<String>,
+    pub(crate) tip: Oid,
+    pub(crate) name: Option<String>,
+    pub(crate) title: Option<String>,
     /// An executor holds its lock.
-    pub running: bool,
+    pub(crate) running: bool,
     /// Deposits the drain would accept, by (file name, mtime in ns): names are reused.
-    pub pending: Inbox,
+    pub(crate) pending: Inbox,
     /// Every numbered step directory, by number.
-    pub steps: StepList,
+    pub(crate) steps: StepList,
     /// The highest-numbered step, read. Shared with the scanner's record of it and with
     /// the next model while it stands, like `steps`.
-    pub latest: Option<Arc<Step>>,
+    pub(crate) latest: Option<Arc<Step>>,
     /// Seconds: the newest of the tip's commit time, the latest step's files and the
     /// inbox's entries.
-    pub last_activity: Option<i64>,
+    pub(crate) last_activity: Option<i64>,
     /// What its steps cost, and how its highest step's call ended ([`spend`]).
-    pub account: Arc<Account>,
+    pub(crate) account: Arc<Account>,
     /// The budget its governing workflow sets, when it sets one (gathered for `status`
     /// only: [`Scanner::scan_for_status`]).
-    pub budget: Option<Arc<Budget>>,
+    pub(crate) budget: Option<Arc<Budget>>,
     /// What needs a look, most urgent first, as the whole workspace sees it
     /// ([`crate::views::signal`]); `None` when nothing does.
-    pub signals: crate::views::signal::Signals,
+    pub(crate) signals: crate::views::signal::Signals,
 }
 
 /// A mark; `value` for a blob mark (`cwd`, `held`, `role`), as text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mark {
-    pub oid: Oid,
-    pub value: Option<String>,
+pub(crate) struct Mark {
+    pub(crate) oid: Oid,
+    pub(crate) value: Option<String>,
 }
 
 /// The `held` mark's value (CONTRACT §6): the tool waiting for approval and why.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-pub struct Held {
-    pub tool_use_id: String,
-    pub tool: String,
-    pub reason: String,
+pub(crate) struct Held {
+    pub(crate) tool_use_id: String,
+    pub(crate) tool: String,
+    pub(crate) reason: String,
 }
 
 impl Held {
-    pub fn parse(value: &str) -> Option<Held> {
+    pub(crate) fn parse(value: &str) -> Option<Held> {
         serde_json::from_str(value).ok()
     }
 }
@@ -124,7 +124,7 @@ fn key(st: &Stat) -> StatKey {
 }
 
 /// Every `(major, minor, inode)` with a granted `FLOCK` in `/proc/locks`.
-pub fn held_flocks() -> BTreeSet<(u32, u32, u64)> {
+pub(crate) fn held_flocks() -> BTreeSet<(u32, u32, u64)> {
     match std::fs::read_to_string(crate::deposit::wake::PROC_LOCKS) {
         Ok(text) => crate::deposit::wake::flocks(&text).collect(),
         Err(e) => {
@@ -171,7 +171,7 @@ pub struct Scanner {
 
 /// The longest a reading of the refs is used by [`Scanner::scan_with`] when no watch
 /// reported a change (a safety net should a watch miss one).
-pub const REFS_TRUST: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const REFS_TRUST: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Every this many scans, every agent's latest step is read again even when it looks
 /// settled (a safety net for writers that take no lock).
@@ -183,7 +183,7 @@ impl Scanner {
     }
 
     /// A scanner that shares `ledger` (the views' one: [`spend`]).
-    pub fn with_ledger(
+    pub(crate) fn with_ledger(
         root: &Path,
         ledger: Arc<parking_lot::Mutex<Ledger>>,
     ) -> std::io::Result<Self> {
@@ -211,18 +211,21 @@ impl Scanner {
     }
 
     /// A scanner that remembers no step or tool it reads (see `caching`).
-    pub fn one_pass(root: &Path, ledger: Arc<parking_lot::Mutex<Ledger>>) -> std::io::Result<Self> {
+    pub(crate) fn one_pass(
+        root: &Path,
+        ledger: Arc<parking_lot::Mutex<Ledger>>,
+    ) -> std::io::Result<Self> {
         let mut s = Self::with_ledger(root, ledger)?;
         s.caching = false;
         Ok(s)
     }
 
     /// The workspace's directory.
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
-    pub fn refs(&self) -> &Refs {
+    pub(crate) fn refs(&self) -> &Refs {
         &self.refs
     }
 

@@ -32,31 +32,31 @@ use crate::workspace::backing::Backing;
 use crate::workspace::steps::{META_FILE, RESPONSE_FILE, STDERR_FILE};
 
 /// How much of the end of a `stderr.log` is kept as a failure's text.
-pub const STDERR_TAIL_BYTES: u64 = 2048;
+pub(crate) const STDERR_TAIL_BYTES: u64 = 2048;
 
 /// Whether litany's budget counts the step directory named `name` (module docs).
-pub fn counted(name: &str) -> bool {
+pub(crate) fn counted(name: &str) -> bool {
     name.len() == 3 && name.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// The provider (`meta.json`'s `provider`) and the model (the attempt's
 /// `message_start`) that spent some tokens: what a price is looked up by.
-pub type Payer = (Option<Arc<str>>, Option<Arc<str>>);
+pub(crate) type Payer = (Option<Arc<str>>, Option<Arc<str>>);
 
 /// What some steps cost.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Spend {
+pub(crate) struct Spend {
     /// Tokens by litany's rule.
-    pub tokens: u64,
-    pub wall_seconds: u64,
+    pub(crate) tokens: u64,
+    pub(crate) wall_seconds: u64,
     /// Step directories counted.
-    pub steps: u64,
+    pub(crate) steps: u64,
     /// The tokens by who spent them, for pricing.
-    pub by_payer: Vec<(Payer, Tokens)>,
+    pub(crate) by_payer: Vec<(Payer, Tokens)>,
 }
 
 impl Spend {
-    pub fn add(&mut self, o: &Spend) {
+    pub(crate) fn add(&mut self, o: &Spend) {
         self.tokens = self.tokens.saturating_add(o.tokens);
         self.wall_seconds = self.wall_seconds.saturating_add(o.wall_seconds);
         self.steps = self.steps.saturating_add(o.steps);
@@ -75,12 +75,12 @@ fn add_to<K: PartialEq + Clone>(v: &mut Vec<(K, Tokens)>, k: &K, t: &Tokens) {
 
 /// One settled step's cost and how its call ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepCost {
-    pub tokens: Tokens,
-    pub wall_seconds: u64,
+pub(crate) struct StepCost {
+    pub(crate) tokens: Tokens,
+    pub(crate) wall_seconds: u64,
     /// Its last attempt's finish reason and output tokens (for `step-finished`).
-    pub finish: Option<Arc<str>>,
-    pub output_tokens: Option<u64>,
+    pub(crate) finish: Option<Arc<str>>,
+    pub(crate) output_tokens: Option<u64>,
     payer: u32,
     counted: bool,
 }
@@ -89,11 +89,11 @@ pub struct StepCost {
 /// went (with the tail of that step's `stderr.log` when the attempt failed without an
 /// `error` event).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Account {
-    pub spend: Spend,
+pub(crate) struct Account {
+    pub(crate) spend: Spend,
     /// The highest step's number, and its newest attempt (`None`: no attempt yet).
-    pub last: Option<(u64, Option<Attempt>)>,
-    pub stderr: Option<String>,
+    pub(crate) last: Option<(u64, Option<Attempt>)>,
+    pub(crate) stderr: Option<String>,
 }
 
 /// The highest step while its call may still be streaming.
@@ -128,7 +128,7 @@ struct Dir {
 
 /// The spend of every agent of a workspace (module docs).
 #[derive(Debug, Default)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     dirs: FastMap<String, Dir>,
     payers: Vec<Payer>,
     payer_ids: FastMap<Payer, u32>,
@@ -158,13 +158,13 @@ impl Ledger {
     }
 
     /// Forgets every agent `keep` says no.
-    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
         self.dirs.retain(|id, _| keep(id));
     }
 
     /// The cost of settled step `n` (directory `dir`, whose `meta.json` reads `meta`) of
     /// agent `id`: read now if it was not before, else as it was read.
-    pub fn step(
+    pub(crate) fn step(
         &mut self,
         backing: &Backing,
         id: &str,
@@ -254,7 +254,7 @@ impl Ledger {
 
     /// The account of agent `id`, whose step directories are `steps` and whose highest
     /// step, read now, is `latest` (module docs).
-    pub fn account(
+    pub(crate) fn account(
         &mut self,
         backing: &Backing,
         id: &str,
@@ -515,7 +515,7 @@ fn step_name(steps: &StepList, n: u64) -> String {
 
 /// A step's wall seconds as litany counts them: `ended - started`, never below 0; no
 /// time without both.
-pub fn wall(started: Option<i64>, ended: Option<i64>) -> u64 {
+pub(crate) fn wall(started: Option<i64>, ended: Option<i64>) -> u64 {
     match (started, ended) {
         (Some(s), Some(e)) => (e - s).max(0) as u64,
         _ => 0,

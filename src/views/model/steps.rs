@@ -22,17 +22,17 @@ use crate::workspace::steps::{
 /// An agent's numbered step directories: number → name on disk. Shared between the
 /// scanner's cache and every model made from it while `steps/<id>` is unchanged (a large
 /// workspace has tens of thousands of steps, and a model is copied at each look).
-pub type StepList = Arc<BTreeMap<u64, StepName>>;
+pub(crate) type StepList = Arc<BTreeMap<u64, StepName>>;
 
 /// A step directory's name, kept only when it is not the one litany gives its number
 /// ([`step_dir_name`]; `7` for `007` is one such): nearly every step's name is the
 /// number, and a large workspace's lists hold tens of thousands of them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct StepName(pub(super) Option<Box<str>>);
+pub(crate) struct StepName(pub(super) Option<Box<str>>);
 
 impl StepName {
     /// Step `n`'s directory, named `name` on disk.
-    pub fn of(n: u64, name: String) -> Self {
+    pub(crate) fn of(n: u64, name: String) -> Self {
         if name == step_dir_name(n) {
             StepName(None)
         } else {
@@ -41,7 +41,7 @@ impl StepName {
     }
 
     /// The name on disk of step `n`'s directory.
-    pub fn get(&self, n: u64) -> std::borrow::Cow<'_, str> {
+    pub(crate) fn get(&self, n: u64) -> std::borrow::Cow<'_, str> {
         match &self.0 {
             Some(name) => std::borrow::Cow::Borrowed(name),
             None => std::borrow::Cow::Owned(step_dir_name(n)),
@@ -51,26 +51,26 @@ impl StepName {
 
 /// One step directory.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Step {
-    pub number: u64,
+pub(crate) struct Step {
+    pub(crate) number: u64,
     /// Its name on disk (`007`).
-    pub dir: String,
-    pub meta: Meta,
+    pub(crate) dir: String,
+    pub(crate) meta: Meta,
     /// How its call ended and what it cost, read once the step is done.
-    pub finish: Option<Finish>,
-    pub has_response: bool,
+    pub(crate) finish: Option<Finish>,
+    pub(crate) has_response: bool,
     /// `response.json`'s and `stderr.log`'s (inode, size) when listed.
-    pub response: Option<(u64, u64)>,
-    pub stderr: Option<(u64, u64)>,
+    pub(crate) response: Option<(u64, u64)>,
+    pub(crate) stderr: Option<(u64, u64)>,
     /// Seconds: the mtime of the directory or of its `response.json`, the newer.
-    pub mtime: i64,
-    pub tools: BTreeMap<String, Tool>,
+    pub(crate) mtime: i64,
+    pub(crate) tools: BTreeMap<String, Tool>,
     /// Tool directory names that are not UTF-8, lossily.
-    pub odd_tools: Vec<String>,
+    pub(crate) odd_tools: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum Meta {
+pub(crate) enum Meta {
     Missing,
     Done {
         started: Option<i64>,
@@ -85,15 +85,15 @@ pub enum Meta {
 /// How a finished step's call ended (its last attempt) and what it cost (every attempt,
 /// by litany's rule: [`super::spend`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Finish {
-    pub reason: Option<String>,
-    pub output_tokens: Option<u64>,
-    pub tokens: u64,
+pub(crate) struct Finish {
+    pub(crate) reason: Option<String>,
+    pub(crate) output_tokens: Option<u64>,
+    pub(crate) tokens: u64,
 }
 
 /// A step's state as `status` and the events name it (issue 11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StepState {
+pub(crate) enum StepState {
     /// No `meta.json` yet and an executor holds the lock.
     InFlight,
     /// `meta.json` written.
@@ -103,7 +103,7 @@ pub enum StepState {
 }
 
 impl StepState {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             StepState::InFlight => "in-flight",
             StepState::Done => "done",
@@ -114,7 +114,7 @@ impl StepState {
 
 impl Step {
     /// Its wall seconds as litany counts them ([`super::spend::wall`]).
-    pub fn wall_seconds(&self) -> u64 {
+    pub(crate) fn wall_seconds(&self) -> u64 {
         match self.meta {
             Meta::Done { started, ended, .. } => super::spend::wall(started, ended),
             _ => 0,
@@ -123,7 +123,7 @@ impl Step {
 
     /// Its state, given whether it is its agent's highest step and whether the agent's
     /// lock is held.
-    pub fn state(&self, latest: bool, running: bool) -> StepState {
+    pub(crate) fn state(&self, latest: bool, running: bool) -> StepState {
         match self.meta {
             Meta::Done { .. } | Meta::Bad(_) => StepState::Done,
             Meta::Missing if latest && running => StepState::InFlight,
@@ -134,22 +134,22 @@ impl Step {
 
 /// One tool record.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Tool {
+pub(crate) struct Tool {
     /// From `input.json`: the tool's name and a one-line summary of its input; `Err`
     /// with why when it is missing or does not parse.
-    pub input: Result<(String, String), String>,
+    pub(crate) input: Result<(String, String), String>,
     /// Seconds: `input.json`'s mtime.
-    pub input_mtime: Option<i64>,
-    pub output: Option<Result<Output, String>>,
+    pub(crate) input_mtime: Option<i64>,
+    pub(crate) output: Option<Result<Output, String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Output {
-    pub exit_code: i64,
-    pub stdout_bytes: u64,
-    pub stderr_bytes: u64,
-    pub started: Option<i64>,
-    pub ended: Option<i64>,
+pub(crate) struct Output {
+    pub(crate) exit_code: i64,
+    pub(crate) stdout_bytes: u64,
+    pub(crate) stderr_bytes: u64,
+    pub(crate) started: Option<i64>,
+    pub(crate) ended: Option<i64>,
 }
 
 impl Scanner {
@@ -193,7 +193,7 @@ impl Scanner {
     }
 
     /// Step `dir` (number `n`) of agent `id`, from the cache while its stats stand.
-    pub fn step(&mut self, id: &str, n: u64, dir: &str) -> Step {
+    pub(crate) fn step(&mut self, id: &str, n: u64, dir: &str) -> Step {
         let rel = Path::new(STEPS_DIR).join(id).join(dir);
         let entries = self.backing.list(&rel).unwrap_or_default();
         let stat_of = |name: &str| entries.iter().find(|(e, _)| e == name).map(|(_, s)| *s);
@@ -336,26 +336,26 @@ pub(super) fn read_meta(backing: &Backing, rel: &Path) -> Meta {
 }
 
 /// How much of a `meta.json` is read.
-pub const META_READ_BYTES: u64 = 1 << 20;
+pub(crate) const META_READ_BYTES: u64 = 1 << 20;
 
 /// The fields of a step's `meta.json` (CONTRACT §4.1) the views read: the one parser of
 /// that record.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct MetaRecord {
+pub(crate) struct MetaRecord {
     /// `started_at` and `ended_at`, in seconds since the epoch.
-    pub started: Option<i64>,
-    pub ended: Option<i64>,
+    pub(crate) started: Option<i64>,
+    pub(crate) ended: Option<i64>,
     /// The provider row the call went through (`provider`; older records lack it).
-    pub provider: Option<String>,
+    pub(crate) provider: Option<String>,
     /// `commit`: the branch tip the step started from (its entry's commit is a child).
-    pub commit: Option<String>,
+    pub(crate) commit: Option<String>,
     /// `workflow_commit`: the config commit whose `workflow.yaml` governed the step.
-    pub workflow_commit: Option<String>,
+    pub(crate) workflow_commit: Option<String>,
 }
 
 impl MetaRecord {
     /// A `meta.json`'s fields, or why it is no such record.
-    pub fn parse(bytes: &[u8]) -> Result<MetaRecord, String> {
+    pub(crate) fn parse(bytes: &[u8]) -> Result<MetaRecord, String> {
         match serde_json::from_slice::<Value>(bytes) {
             Ok(v) if v.is_object() => {
                 let s = |k: &str| v.get(k).and_then(Value::as_str);
