@@ -46,6 +46,7 @@ impl Fixture {
     }
 
     /// The workspace at `root`, made before (by [`Fixture::create`] or the harness).
+    #[cfg(test)]
     pub(crate) fn open(root: &Path, flavour: Flavour) -> Result<Self> {
         Ok(Self {
             root: root.canonicalize()?,
@@ -97,6 +98,7 @@ impl Fixture {
 
     /// [`Fixture::commit`] with the commit time `secs` (since the epoch, UTC), for tests
     /// that check a time shown: they can expect a literal, not the clock at the moment.
+    #[cfg(test)]
     pub(crate) fn commit_at(
         &self,
         refname: &str,
@@ -194,6 +196,7 @@ impl Fixture {
         Ok(oid)
     }
 
+    #[cfg(test)]
     pub(crate) fn delete_mark(&self, kind: &str, id: &str) -> Result<()> {
         self.repo
             .find_reference(&self.mark_ref(kind, id))?

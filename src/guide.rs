@@ -1,6 +1,6 @@
 //! The tree as a user is told it: one table of every path the mount shows, where it
 //! comes from and what it holds. `litanyfs --help` ([`help`]), the man page
-//! (`crate::manual`) and the README's tree table ([`markdown`]) are each rendered from
+//! (`crate::manual`) and the README's tree table (`markdown`) are each rendered from
 //! [`entries`], so the three cannot drift (tests compare them), and every name in it is
 //! the constant the tree itself answers to.
 //!
@@ -223,6 +223,7 @@ pub(crate) fn unbreakable(markdown: &str) -> String {
 }
 
 /// The README's table: path, where it comes from, what it shows (with a link to more).
+#[cfg(test)]
 pub(crate) fn markdown() -> String {
     let cell = |s: &str| s.replace('|', "\\|");
     let mut t = String::from("| path | from | what it shows |\n|---|---|---|\n");

@@ -135,6 +135,7 @@ pub fn document(mount: Command) -> Command {
 
 /// The markdown tables of the options (both spellings and the meaning) and of the
 /// generic options, as doc/USAGE.md shows them.
+#[cfg(test)]
 pub(crate) fn options_table() -> String {
     let mut t = String::from("| option | `-o` | meaning |\n|---|---|---|\n");
     for arg in mount_args().get_arguments() {

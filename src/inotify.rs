@@ -22,7 +22,6 @@ pub(crate) const EVENT_BUFFER: usize = 64 * 1024;
 pub(crate) struct Event<'a> {
     pub(crate) wd: i32,
     pub(crate) mask: u32,
-    pub(crate) cookie: u32,
     /// The entry's name in the watched directory; empty for events on the directory
     /// itself.
     pub(crate) name: &'a [u8],
@@ -159,7 +158,6 @@ fn parse(bytes: &[u8], each: &mut impl FnMut(Event<'_>)) -> usize {
         each(Event {
             wd: ev.wd,
             mask: ev.mask,
-            cookie: ev.cookie,
             name,
         });
         count += 1;

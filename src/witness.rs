@@ -115,6 +115,7 @@ impl Witness {
     }
 
     /// A witness reading a stand-in for `/proc`, for a mount of id `mount_id`.
+    #[cfg(test)]
     pub(crate) fn with_proc(proc: &Path, mount_id: u64) -> Self {
         let id = OnceLock::new();
         let _ = id.set(Some(mount_id));

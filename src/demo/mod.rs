@@ -115,16 +115,6 @@ impl Sample {
         Self::new(now, seed)
     }
 
-    /// The record of the root's `seq 1 3000`, workspace-relative.
-    pub(crate) fn seq_record(&self) -> String {
-        format!("steps/{}/001/tools/{SEQ_TOOL}/output.json", self.root.id)
-    }
-
-    /// The continuation address litany printed for that record's cut stdout.
-    pub(crate) fn seq_address(&self) -> String {
-        format!("{}#stdout@{HEAD_BYTES}", self.seq_record())
-    }
-
     /// The name of the child's result in the root's inbox.
     pub(crate) fn result_file(&self) -> String {
         format!("{}-001.md", self.child.id)

@@ -4,7 +4,7 @@
 //! [`Depositor::deposit`] is the whole act, in litany's order: validate ([`validate`]:
 //! content, recipient, sender, each failure its own errno via [`DepositError::errno`]);
 //! render the bytes `litany message` would write ([`render()`]); publish them atomically and
-//! create-only as `<sender>-<NNN>.md` ([`publish()`]), under the [`guard`] that re-deposits
+//! create-only as `<sender>-<NNN>.md` ([`publish::publish_with`]), under the [`guard`] that re-deposits
 //! a message a concurrent `litany message` renamed over; then wake the recipient like the
 //! verb does ([`wake`]), reading the executor lock instead of probing it. Nothing here
 //! knows about FUSE.
@@ -46,13 +46,13 @@ use parking_lot::Mutex;
 
 pub(crate) use error::DepositError;
 pub(crate) use guard::{Guard, GuardOptions, OnRedeposit};
-pub(crate) use publish::{MAX_ATTEMPTS, Published, publish};
-pub(crate) use render::{render, sender_name, sender_name_at};
+pub(crate) use publish::Published;
+pub(crate) use render::{render, sender_name};
 pub(crate) use spare::Spares;
 pub(crate) use validate::{
     DEFAULT_MAX_MESSAGE_BYTES, check_content, check_len, check_recipient, check_sender,
 };
-pub(crate) use wake::{Later, Wake, Waker, executor_busy, find_harness, launch};
+pub(crate) use wake::{Later, Wake, Waker, find_harness};
 
 use crate::workspace::Workspace;
 
@@ -179,11 +179,6 @@ impl Depositor {
             spares,
             guard,
         })
-    }
-
-    /// The configured size limit.
-    pub(crate) fn max_message_bytes(&self) -> usize {
-        self.max
     }
 
     /// `Err(TooLarge)` once a message being written reaches `len` bytes past the limit.

@@ -54,9 +54,8 @@ pub(crate) struct Published {
     pub(crate) ino: u64,
 }
 
-/// Publishes `body` from `sender` into `<root>/inbox/<recipient>/` (creating the
-/// directories as litany does) and returns what it became. `sender` and `recipient` must
-/// already be validated; `body` is the full rendered message.
+/// [`publish_with`] without a spare file.
+#[cfg(test)]
 pub(crate) fn publish(
     root: &Path,
     recipient: &str,
@@ -66,7 +65,10 @@ pub(crate) fn publish(
     publish_with(root, recipient, sender, body, None)
 }
 
-/// [`publish()`], writing into `spare` when it can (see [`super::spare`]).
+/// Publishes `body` from `sender` into `<root>/inbox/<recipient>/` (creating the
+/// directories as litany does), writing into `spare` when it can (see [`super::spare`]),
+/// and returns what it became. `sender` and `recipient` must already be validated; `body`
+/// is the full rendered message.
 pub(crate) fn publish_with(
     root: &Path,
     recipient: &str,

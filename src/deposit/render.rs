@@ -69,6 +69,7 @@ pub(crate) fn sender_name(repo: &Repository, sender: &str) -> Option<String> {
 }
 
 /// [`sender_name`] for the workspace whose bare repository is `repo_dir`.
+#[cfg(test)]
 pub(crate) fn sender_name_at(repo_dir: &std::path::Path, sender: &str) -> Option<String> {
     if sender == USER_SENDER {
         return None;

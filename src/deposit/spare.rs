@@ -88,6 +88,7 @@ impl Spares {
     }
 
     /// How many are ready (for tests).
+    #[cfg(test)]
     pub(crate) fn ready(&self) -> usize {
         self.shared.state.lock().ready.len()
     }

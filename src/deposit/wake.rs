@@ -306,10 +306,6 @@ impl Waker {
         }
     }
 
-    pub(crate) fn harness(&self) -> Option<&Path> {
-        self.harness.as_deref()
-    }
-
     /// Launches a driver for `agent` unless an executor holds its lock.
     pub(crate) fn wake(&self, agent: &str) -> Wake {
         let Some(harness) = &self.harness else {

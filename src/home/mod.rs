@@ -169,6 +169,7 @@ impl Home {
     }
 
     /// The same home, closing trees by `limits` rather than the defaults (tests).
+    #[cfg(test)]
     pub(crate) fn with_limits(
         root: PathBuf,
         shelves: Vec<Shelf>,
@@ -469,6 +470,7 @@ impl Home {
     }
 
     /// The open trees now, by key.
+    #[cfg(test)]
     pub(crate) fn open_trees(&self) -> Vec<(WsKey, Arc<Tree>)> {
         self.known
             .lock()

@@ -117,11 +117,6 @@ impl Space {
         matches!(node, Node::Home(h) if matches!(&**h, HomeNode::In { node: Node::Root, .. }))
     }
 
-    /// Whether this is a home mount.
-    pub(crate) fn is_home(&self) -> bool {
-        matches!(self, Space::Home(_))
-    }
-
     /// The directory the mount serves (a workspace, or a home's SOURCE).
     pub(crate) fn root(&self) -> &std::path::Path {
         match self {
@@ -349,20 +344,6 @@ impl Space {
                 .set_meta(node, atime, mtime, perm)
                 .map_err(|e| wrap_err(ws, e)),
             At::Home(_) => Err(TreeError::read_only(node.path())),
-        }
-    }
-
-    pub(crate) fn close(
-        &self,
-        node: &Node,
-        content: &Content,
-        closer: Closer,
-    ) -> Result<(), TreeError> {
-        match self.at(node)? {
-            At::Tree { tree, ws, node } => tree
-                .close(node, content, closer)
-                .map_err(|e| wrap_err(ws, e)),
-            At::Home(_) => Ok(()),
         }
     }
 

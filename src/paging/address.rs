@@ -117,11 +117,13 @@ impl AddressError {
     }
 
     /// The text that was refused, as given.
+    #[cfg(test)]
     pub(crate) fn given(&self) -> &str {
         &self.given
     }
 
     /// The rule it broke.
+    #[cfg(test)]
     pub(crate) fn kind(&self) -> Malformation {
         self.kind
     }

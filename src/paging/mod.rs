@@ -25,7 +25,6 @@ mod source;
 pub use address::{
     Address, AddressError, Malformation, PAGE_BYTES, PageName, RecordPath, Stream, parse_page_name,
 };
-pub(crate) use banner::{banner, next_address};
 pub use reader::{CHECKPOINT_BYTES, CaptureKey, Page, PageCache, PageError};
 
 #[cfg(test)]

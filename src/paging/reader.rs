@@ -144,6 +144,7 @@ impl PageError {
 
     /// Whether the tool would refuse this request (as opposed to failing
     /// to read).
+    #[cfg(test)]
     pub(crate) fn is_refusal(&self) -> bool {
         !matches!(self, PageError::Io(_) | PageError::Changed)
     }
@@ -391,6 +392,7 @@ impl PageCache {
     }
 
     /// The budget given at construction.
+    #[cfg(test)]
     pub(crate) fn max_bytes(&self) -> usize {
         self.budget
     }
@@ -402,13 +404,9 @@ impl PageCache {
 
     /// How many passes over a capture the cache has made since it was made: one per
     /// capture it was asked about and did not hold (the tests hold it to one per key).
+    #[cfg(test)]
     pub(crate) fn passes(&self) -> u64 {
         self.passes.load(Ordering::Relaxed)
-    }
-
-    /// Decoded bytes between checkpoints.
-    pub(crate) fn checkpoint_interval(&self) -> u64 {
-        self.interval
     }
 
     /// Whether `key`'s capture is indexed already (parsed, and it parsed).

@@ -130,7 +130,6 @@ use crate::workspace::refs::{GitError, Refs};
 use live::{Facts, Part, View};
 pub(crate) use response::{Attempt, Tally, Tokens};
 use response::{Fold, Rendering};
-pub(crate) use transcript::MAX_TRANSCRIPT_BYTES;
 pub(crate) use transcript::Transcript;
 
 /// Rendered bytes between two checkpoints of a `response.md` not held whole. A read

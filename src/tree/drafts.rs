@@ -158,6 +158,7 @@ impl DraftState {
         &self.buf
     }
 
+    #[cfg(test)]
     pub(crate) fn phase(&self) -> &Phase {
         &self.phase
     }
@@ -773,6 +774,7 @@ impl Drafts {
     }
 
     /// Bytes the messages being written hold now.
+    #[cfg(test)]
     pub(crate) fn live_bytes(&self) -> usize {
         self.bytes.live.load(Ordering::Relaxed)
     }

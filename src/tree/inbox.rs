@@ -198,14 +198,15 @@ impl Tree {
         Ok((deposits, agent))
     }
 
-    /// Creates a draft `name` in inbox directory `parent`: a message to be deposited when
-    /// its writer closes it (or private scratch, for a dot-prefixed name).
+    /// [`Tree::create_as`] with no user named.
+    #[cfg(test)]
     pub(crate) fn create(&self, parent: &Node, name: &OsStr) -> Result<(Node, Attr), TreeError> {
         self.create_as(parent, name, None)
     }
 
-    /// [`Tree::create`] by user `by` (uid, gid), who owns the draft; refused (`EACCES`)
-    /// to a user `--depositors` did not name ([`super::Modes::may_deposit`]).
+    /// Creates a draft `name` in inbox directory `parent`: a message to be deposited when
+    /// its writer closes it (or private scratch, for a dot-prefixed name). User `by` (uid,
+    /// gid) owns the draft; refused (`EACCES`) to a user `--depositors` did not name ([`super::Modes::may_deposit`]).
     pub(crate) fn create_as(
         &self,
         parent: &Node,
@@ -305,9 +306,8 @@ impl Tree {
         st.opened_writable();
     }
 
-    /// A `close(2)` of `content`, opened from `node`, by `closer`. Only a writable
-    /// description's close decides a draft (see [`Tree::flush`]): a reader's close (`cat`,
-    /// `grep -r`, an editor's preview) answers at once and decides nothing.
+    /// [`Tree::close_start`] and its wait, at once.
+    #[cfg(test)]
     pub(crate) fn close(
         &self,
         node: &Node,
@@ -317,8 +317,11 @@ impl Tree {
         self.wait_out(self.close_start(node, content, closer))
     }
 
-    /// [`Tree::close`], up to a wait for spawned children, which it returns to be carried
-    /// by [`Tree::close_poll`] (on the closer's account, not a request thread's).
+    /// A `close(2)` of `content`, opened from `node`, by `closer`, up to a wait for spawned
+    /// children, which it returns to be carried by [`Tree::close_poll`] (on the closer's
+    /// account, not a request thread's). Only a writable description's close decides a
+    /// draft (see [`Tree::flush`]): a reader's close (`cat`, `grep -r`, an editor's
+    /// preview) answers at once and decides nothing.
     pub(crate) fn close_start(&self, node: &Node, content: &Content, closer: Closer) -> Closing {
         match content {
             Content::Draft(DraftOpen {

@@ -44,7 +44,7 @@ pub use records::{DEFAULT_RECORDS_CACHE_BYTES, LATEST, RESPONSE_MD, TRANSCRIPT_M
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -438,10 +438,6 @@ impl Tree {
 
     pub fn pages(&self) -> &PageCache {
         &self.pages
-    }
-
-    pub(crate) fn deposits(&self) -> Option<&Deposits> {
-        self.deposits.as_ref()
     }
 
     pub(crate) fn workspace(&self) -> &Workspace {
@@ -883,14 +879,6 @@ impl Tree {
                 TreeError::new(node.path(), ErrorKind::Immutable)
             }
             _ => TreeError::read_only(node.path()),
-        }
-    }
-
-    /// The backing path of a node that has one (for logs and tests).
-    pub(crate) fn backing_path(&self, node: &Node) -> Option<PathBuf> {
-        match node {
-            Node::Backing(b) => Some(self.ws.root().join(b.rel())),
-            _ => None,
         }
     }
 

@@ -83,10 +83,6 @@ impl Modes {
         self
     }
 
-    pub(crate) fn depositors(&self) -> &[u32] {
-        &self.depositors
-    }
-
     /// Takes the workspace's grant from the `stat` of its root and of `repo.git`.
     pub(crate) fn learn_workspace(&self, root: &Stat, repo: Option<&Stat>) {
         let mode = root.mode & repo.map_or(0o7777, |r| r.mode) & 0o777;

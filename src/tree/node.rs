@@ -219,6 +219,7 @@ impl<'a> Place<'a> {
     }
 
     /// The agent whose `steps/<id>` or `inbox/<id>` this lies in.
+    #[cfg(test)]
     pub(crate) fn agent(&self) -> Option<&str> {
         match self {
             Place::Steps { agent } | Place::Inbox { agent } | Place::InboxEntry { agent } => *agent,

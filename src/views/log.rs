@@ -99,6 +99,7 @@ impl EventLog {
         self.len_of(r).load(Ordering::Acquire)
     }
 
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.len(Rendering::Text) == 0
     }
@@ -156,6 +157,7 @@ impl EventLog {
     }
 
     /// How many events were dropped at the cap.
+    #[cfg(test)]
     pub(crate) fn dropped(&self) -> u64 {
         self.files.lock().as_ref().map_or(0, |f| f.dropped)
     }

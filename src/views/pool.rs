@@ -351,15 +351,6 @@ impl Pool {
         self.followers.lock().push(Follower::new(views));
         self.wake.poke();
     }
-
-    /// How many workspaces it follows now.
-    pub(crate) fn len(&self) -> usize {
-        self.followers.lock().len()
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// The pool's thread: each follower's turn when poked or due, then a wait for the

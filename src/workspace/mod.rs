@@ -77,22 +77,15 @@ impl Workspace {
         self.root.join(REPO_DIR)
     }
 
-    pub(crate) fn steps_dir(&self) -> PathBuf {
-        self.root.join(STEPS_DIR)
-    }
-
+    #[cfg(test)]
     pub(crate) fn inbox_dir(&self) -> PathBuf {
         self.root.join(INBOX_DIR)
     }
 
     /// `inbox/<id>`: the agent's inbox, which is also its executor-lock home.
+    #[cfg(test)]
     pub(crate) fn agent_inbox(&self, id: &str) -> PathBuf {
         self.inbox_dir().join(id)
-    }
-
-    /// `steps/<id>/driver.log`: where detached drivers append their stderr.
-    pub(crate) fn driver_log(&self, id: &str) -> PathBuf {
-        self.steps_dir().join(id).join(steps::DRIVER_LOG)
     }
 }
 

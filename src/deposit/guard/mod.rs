@@ -160,7 +160,7 @@ impl Guard {
     }
 
     /// [`Guard::new`], optionally without the background thread (events are then read
-    /// only by [`Guard::publish`] and [`Guard::sync`]), so tests can order them by hand.
+    /// only by [`Guard::publish`] and the tests' `Guard::sync`), so tests can order them by hand.
     fn start(
         root: &Path,
         opts: GuardOptions,
@@ -197,7 +197,7 @@ impl Guard {
     }
 
     /// Publishes `body` from `sender` into `recipient`'s inbox (like
-    /// [`super::publish()`]) and protects it from being replaced.
+    /// [`super::publish::publish_with`]) and protects it from being replaced.
     pub(crate) fn publish(
         &self,
         recipient: &str,
@@ -223,6 +223,7 @@ impl Guard {
     /// Processes every event queued so far and performs the re-deposits they call for,
     /// before returning. The background thread does the same on its own; this is for
     /// callers that need the outcome now (tests, shutdown).
+    #[cfg(test)]
     pub(crate) fn sync(&self) {
         self.shared.settle();
     }
@@ -233,6 +234,7 @@ impl Guard {
     }
 
     /// How many re-deposits the guard has made.
+    #[cfg(test)]
     pub(crate) fn redeposits(&self) -> u64 {
         self.shared.redeposits.load(Ordering::Relaxed)
     }

@@ -314,7 +314,7 @@ fn lernie_entries_render_the_same_way_without_usage() {
 /// shows an entry too large on its own as a line naming its size.
 #[test]
 fn a_transcript_keeps_its_newest_entries_within_its_bound() {
-    use crate::records::MAX_TRANSCRIPT_BYTES;
+    use crate::records::transcript::MAX_TRANSCRIPT_BYTES;
     let mut b = Branch::new();
     let part = MAX_TRANSCRIPT_BYTES / 4 + MAX_TRANSCRIPT_BYTES / 16;
     let body = |c: char| {

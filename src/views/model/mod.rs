@@ -32,11 +32,9 @@ pub(crate) mod spend;
 mod steps;
 
 pub(crate) use budget::{Budget, WorkflowFrom};
-pub(crate) use inbox::{Inbox, Pending, deposited_at};
+pub(crate) use inbox::{Inbox, deposited_at};
 pub(crate) use spend::{Account, Ledger, Spend};
-pub(crate) use steps::{
-    Finish, META_READ_BYTES, Meta, MetaRecord, Output, Step, StepList, StepName, StepState, Tool,
-};
+pub(crate) use steps::{META_READ_BYTES, Meta, MetaRecord, Step, StepList, StepState, Tool};
 
 /// The workspace at one moment.
 #[derive(Debug, Clone, Default)]
@@ -218,11 +216,6 @@ impl Scanner {
         let mut s = Self::with_ledger(root, ledger)?;
         s.caching = false;
         Ok(s)
-    }
-
-    /// The workspace's directory.
-    pub(crate) fn root(&self) -> &Path {
-        &self.root
     }
 
     pub(crate) fn refs(&self) -> &Refs {

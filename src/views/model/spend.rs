@@ -55,16 +55,7 @@ pub(crate) struct Spend {
     pub(crate) by_payer: Vec<(Payer, Tokens)>,
 }
 
-impl Spend {
-    pub(crate) fn add(&mut self, o: &Spend) {
-        self.tokens = self.tokens.saturating_add(o.tokens);
-        self.wall_seconds = self.wall_seconds.saturating_add(o.wall_seconds);
-        self.steps = self.steps.saturating_add(o.steps);
-        for (payer, t) in &o.by_payer {
-            add_to(&mut self.by_payer, payer, t);
-        }
-    }
-}
+impl Spend {}
 
 fn add_to<K: PartialEq + Clone>(v: &mut Vec<(K, Tokens)>, k: &K, t: &Tokens) {
     match v.iter_mut().find(|(p, _)| p == k) {

@@ -1,3 +1,4 @@
+use super::steps::{Finish, StepName};
 use super::*;
 
 #[test]
