@@ -40,6 +40,10 @@
 //! With `--auto-unmount` the daemon also starts one process, its [`sentinel`], which
 //! outlives it to unmount a mount it left dead.
 
+// The public face is what the binary, tests/, examples/ and the fuzz targets use
+// (doc/ARCHITECTURE.md); the rest is pub(crate). Inside a private or pub(crate) module a
+// `pub` item is refused, so the face cannot widen there unnoticed.
+#![deny(unreachable_pub)]
 // A panic on a request path kills the mount: outside tests, a failure is an error the
 // caller answers (an errno, a log line), never an `unwrap` or an `expect`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
