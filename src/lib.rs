@@ -49,6 +49,8 @@
 #![allow(rustdoc::private_intra_doc_links)]
 
 #[doc(hidden)]
+pub mod control;
+#[doc(hidden)]
 pub mod demo;
 pub mod deposit;
 #[doc(hidden)]

@@ -211,15 +211,24 @@ fn driver_stderr(root: &Path, agent: &str) -> Stdio {
 /// The launch command: litany's `AdvanceLauncher`, hardened (module docs), without
 /// spawning it.
 fn driver_command(harness: &Path, root: &Path, agent: &str, stderr: Stdio) -> Command {
-    let mut cmd = Command::new(harness);
+    let mut cmd = harness_command(harness);
     cmd.arg("advance")
         .arg("--")
         .arg(root)
         .arg(agent)
-        .current_dir(DRIVER_CWD)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr);
+    cmd
+}
+
+/// Any run of the harness from the daemon, hardened as a driver's launch is (module
+/// docs): in [`DRIVER_CWD`], without [`PRIVATE_ENV`], in a session of its own (so the
+/// daemon's terminal or group never receives what is meant for it, nor the reverse).
+/// The caller adds the verb and its arguments.
+pub fn harness_command(harness: &Path) -> Command {
+    let mut cmd = Command::new(harness);
+    cmd.current_dir(DRIVER_CWD).stdin(Stdio::null());
     for var in PRIVATE_ENV {
         cmd.env_remove(var);
     }
@@ -250,7 +259,7 @@ pub fn launch(harness: &Path, root: &Path, agent: &str) -> io::Result<u32> {
 
 /// Waits for `child` on a thread of its own, so the exit status is collected whenever
 /// the driver ends and the caller never blocks.
-fn reap(mut child: Child) {
+pub fn reap(mut child: Child) {
     let pid = child.id();
     let spawned = std::thread::Builder::new()
         .name("litanyfs-reap".into())
