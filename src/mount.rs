@@ -703,7 +703,10 @@ fn workspace_tree(
         depositor
             .waker()
             .on_launch(Box::new(move |agent, pid| views.woken(agent, pid)));
-        tree = tree.with_deposits(Deposits { depositor, sender });
+        tree = tree.with_deposits(Deposits {
+            depositor: Arc::new(depositor),
+            sender,
+        });
     }
     Ok(tree)
 }

@@ -338,7 +338,7 @@ impl Views {
             | Kind::MarkCleared
             | Kind::LogFull => true,
             // Written through this mount, whose sender a confined mount is.
-            Kind::MessageDropped | Kind::MessageRefused => true,
+            Kind::MessageDropped | Kind::MessageRefused | Kind::Control => true,
             Kind::MessageDeposited | Kind::MessageDelivered => {
                 e.agent == *me || from == Some(me.as_str())
             }
@@ -445,6 +445,20 @@ impl Views {
     /// (one word) and `reason` (in words).
     pub fn refused(&self, recipient: &str, name: &str, why: &str, reason: &str) {
         let e = Event::message_refused(now_secs(), recipient, name, why, reason);
+        self.emit(vec![self.named(e)]);
+    }
+
+    /// An act through the mount (see [`Event::control`]).
+    pub fn control(
+        &self,
+        agent: &str,
+        path: &str,
+        command: &str,
+        writer: (u32, u32, &str),
+        result: &str,
+        detail: &str,
+    ) {
+        let e = Event::control(now_secs(), agent, path, command, writer, result, detail);
         self.emit(vec![self.named(e)]);
     }
 
