@@ -703,10 +703,8 @@ fn workspace_tree(
         depositor
             .waker()
             .on_launch(Box::new(move |agent, pid| views.woken(agent, pid)));
-        tree = tree.with_deposits(Deposits {
-            depositor: Arc::new(depositor),
-            sender,
-        });
+        let depositor = Arc::new(depositor);
+        tree = tree.with_deposits(Deposits { depositor, sender });
     }
     Ok(tree)
 }
