@@ -108,6 +108,8 @@ impl Deferred {
 /// (which the worker cannot borrow).
 struct Actor {
     depositor: Arc<Depositor>,
+    /// Read afresh after an act, so the tree shows what it changed at once.
+    refs: Arc<crate::workspace::refs::Refs>,
     sender: String,
     views: Arc<Views>,
     root: PathBuf,
@@ -185,12 +187,41 @@ impl Actor {
                 }
                 Ok(said)
             }
+            Command::Delete { tree, .. } => {
+                self.not_live(*tree)?;
+                self.litany(command)
+            }
             other => self.litany(other),
         }
     }
 
+    /// `EBUSY` when the agent (or, for `subtree`, any of its descendants) is live: being
+    /// driven is what must end first, whatever else litany's delete would say of it.
+    fn not_live(&self, subtree: bool) -> Result<(), ActError> {
+        let mut ids = vec![self.agent.clone()];
+        if subtree && let Ok(snap) = self.refs.snapshot() {
+            ids.extend(
+                snap.agents
+                    .keys()
+                    .filter(|a| crate::control::is_descendant(a, &self.agent))
+                    .cloned(),
+            );
+        }
+        for id in ids {
+            let inbox = self.root.join(crate::workspace::INBOX_DIR).join(&id);
+            if crate::deposit::executor_busy(&inbox).unwrap_or(false) {
+                return Err(ActError::new(
+                    libc::EBUSY,
+                    format!("{id} is live (an executor holds its lock): stop it first"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The event and the log line of `command`'s `result`.
     fn report(&self, command: &str, result: &Result<String, ActError>) {
+        self.refs.invalidate();
         let who = (self.writer.pid, self.writer.uid, self.comm.as_str());
         let (word, detail) = match result {
             Ok(said) => ("ok".to_string(), said.clone()),
@@ -430,6 +461,7 @@ impl Tree {
         };
         let actor = Actor {
             depositor: deposits.depositor.clone(),
+            refs: self.refs.clone(),
             sender: deposits.sender.clone(),
             views: self.views.clone(),
             root: self.ws.root().to_path_buf(),
@@ -482,6 +514,22 @@ impl Tree {
         Ok(c)
     }
 
+    /// Goal `name` in `new/` starts nothing: `word` and `reason` say why (its writer
+    /// was killed, it was closed empty or cut): a `control` event and a log line.
+    pub(super) fn goal_given_up(&self, name: &str, writer: Writer, word: &str, reason: &str) {
+        let path = format!("{NEW_DIR}/{name}");
+        let comm = writer.comm();
+        log::warn!("{path}: started nothing: {word}: {reason}");
+        self.views.control(
+            "",
+            &path,
+            "start",
+            (writer.pid, writer.uid, &comm),
+            word,
+            reason,
+        );
+    }
+
     /// The bound of a goal written into `new/`: `EFBIG` past it, at the write.
     pub(super) fn check_goal_len(&self, node: &Node, len: u64) -> Result<(), TreeError> {
         match node {
@@ -520,6 +568,7 @@ impl Tree {
         };
         let actor = Actor {
             depositor: deposits.depositor.clone(),
+            refs: self.refs.clone(),
             sender: deposits.sender.clone(),
             views: self.views.clone(),
             root: self.ws.root().to_path_buf(),
@@ -531,14 +580,16 @@ impl Tree {
         let goal = match goal {
             Ok(g) => g,
             Err(e) => {
-                self.give_up(d, st, Gone::Refused { errno: e.errno }, None);
+                st.give_up(Gone::Refused { errno: e.errno });
+                self.drafts.touch(NEW_DRAFTS);
                 actor.report("start", &Err(e.clone()));
                 return Err(act_error(&path, e));
             }
         };
         // From here another close of it waits for this one's answer.
         st.attempting();
-        let argv = goal.argv(&actor.root, name_of(&file));
+        let name = name_of(&file).map(str::to_string);
+        let argv = goal.argv(&actor.root, name.as_deref());
         let repo = self.ws.repo_dir();
         let draft = d.clone();
         Ok(Deferred::new(move || {
@@ -546,7 +597,23 @@ impl Tree {
                 let git = git2::Repository::open_bare(&repo)
                     .map_err(|e| ActError::new(libc::EIO, format!("open repo.git: {e}")))?;
                 let agents = || living_agents(&git);
-                crate::control::start::start(&harness, &actor.root, &argv, &agents, START_LIMIT)
+                let s = crate::control::start::start(
+                    &harness,
+                    &actor.root,
+                    &argv,
+                    &agents,
+                    START_LIMIT,
+                )?;
+                // Its name is on the dispatch commit, a moment after the ref: the close
+                // returns once `names/<Name>` resolves.
+                let at = std::time::Instant::now();
+                while let Some(n) = &name
+                    && !wears(&git, &s.id, n)
+                    && at.elapsed() < START_LIMIT
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Ok(s)
             });
             let mut st = draft.state.lock();
             let actor = Actor {
@@ -576,6 +643,15 @@ impl Tree {
             }
         }))
     }
+}
+
+/// Whether agent `id`'s tip in `repo` names it `name` (its `name` file, CONTRACT §2.3).
+fn wears(repo: &git2::Repository, id: &str, name: &str) -> bool {
+    let Ok(tip) = repo.revparse_single(&format!("refs/heads/agents/{id}:name")) else {
+        return false;
+    };
+    tip.as_blob()
+        .is_some_and(|b| String::from_utf8_lossy(b.content()).trim() == name)
 }
 
 /// The ids of the agents with a ref in `repo`, read afresh.

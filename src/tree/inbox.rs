@@ -660,6 +660,20 @@ impl Tree {
         self.drafts.touch(&d.agent);
         let name = d.name();
         let name = name.to_string_lossy();
+        if d.agent == super::acts::NEW_DRAFTS {
+            let (word, reason) = match why {
+                Gone::Killed { pid, signal } => (
+                    "killed",
+                    format!("process {pid}, which wrote it, was killed by signal {signal}"),
+                ),
+                _ => refusal_words(why, detail),
+            };
+            let writer = super::Writer {
+                pid: st.hands.writers.last().map_or(0, |w| w.tid),
+                uid: st.owner.map_or(u32::MAX, |(uid, _)| uid),
+            };
+            return self.goal_given_up(&name, writer, word, &reason);
+        }
         match why {
             Gone::Killed { pid, signal } => {
                 self.views

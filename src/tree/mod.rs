@@ -246,7 +246,8 @@ pub struct Deposits {
 pub struct Tree {
     ws: Workspace,
     backing: Backing,
-    refs: Refs,
+    /// Shared with the workers of acts, which make it read the refs afresh after one.
+    refs: Arc<Refs>,
     born: SystemTime,
     /// What was last said about clashing names and unusable refs, so that each change
     /// is logged once rather than on every lookup.
@@ -307,6 +308,7 @@ impl Tree {
         let backing = Backing::open(ws.root())
             .map_err(|e| TreeError::io(ws.root().display().to_string(), e))?;
         let refs = Refs::open(&ws.repo_dir()).map_err(|e| TreeError::git("repo.git", e))?;
+        let refs = Arc::new(refs);
         Ok(Self {
             views: Views::new(ws.root(), None),
             ws,
