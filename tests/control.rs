@@ -353,6 +353,15 @@ fn a_goal_in_new_starts_a_named_agent_and_a_killed_writer_starts_nothing() {
         "{}",
         read(&m, "events")
     );
+    // The agent-created event names who started it.
+    let uid = unsafe { libc::getuid() };
+    let created = read(&m, "events.ndjson")
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["kind"] == "agent-created" && e["agent"] == id.as_str())
+        .expect("an agent-created event");
+    assert_eq!(created["uid"], uid, "{created}");
+    assert!(created["pid"].as_u64().is_some(), "{created}");
     let start = control_events(&m)
         .into_iter()
         .find(|e| e["command"] == "start" && e["agent"] == id.as_str())

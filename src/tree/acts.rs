@@ -593,6 +593,7 @@ impl Tree {
         let repo = self.ws.repo_dir();
         let draft = d.clone();
         Ok(Deferred::new(move || {
+            actor.views.starting();
             let started = actor.harness().and_then(|harness| {
                 let git = git2::Repository::open_bare(&repo)
                     .map_err(|e| ActError::new(libc::EIO, format!("open repo.git: {e}")))?;
@@ -625,6 +626,10 @@ impl Tree {
                 .map(|s| format!("agent {} started by litany prompt pid {}", s.id, s.pid))
                 .map_err(Clone::clone);
             actor.report("start", &report);
+            let who = (actor.writer.pid, actor.writer.uid, actor.comm.clone());
+            actor
+                .views
+                .started(started.as_ref().ok().map(|s| (s.id.as_str(), who)));
             match started {
                 Ok(s) => {
                     st.sent(crate::deposit::Published {

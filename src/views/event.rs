@@ -154,6 +154,11 @@ impl Event {
         .with("parent", opt(parent))
     }
 
+    /// The same `agent-created` event, naming who started the agent through `new/`.
+    pub fn started_by(self, pid: u32, uid: u32, comm: &str) -> Self {
+        self.with("pid", pid).with("uid", uid).with("comm", comm)
+    }
+
     pub fn agent_deleted(at: i64, agent: &str) -> Self {
         Self::new(at, Kind::AgentDeleted, agent, None)
     }
