@@ -231,6 +231,9 @@ enum Want {
     /// A view of the whole workspace at the root (`status`, `events`, ...): a read-only
     /// file that always reads; its content is checked in tests/views.rs, not here.
     Glance,
+    /// An agent's `ctl`: the mount owner's (mode 600), and it reads; what it does is
+    /// tests/control.rs's.
+    Ctl,
 }
 
 type View = BTreeMap<String, Want>;
@@ -314,6 +317,7 @@ impl Model {
         ] {
             add_leaf(&mut v, glance, Want::Glance);
         }
+        add_dir(&mut v, "new");
         for (path, entry) in &self.backing {
             // Every ancestor must be shown too (a hidden directory hides its contents).
             let mut ancestors = path.match_indices('/').map(|(i, _)| &path[..i]);
@@ -395,6 +399,9 @@ impl Model {
                 && !self.backing.contains_key(&format!("{dir}/transcript.md"))
             {
                 add_leaf(&mut v, &format!("{dir}/transcript.md"), Want::Rendered);
+            }
+            if self.agents.contains_key(id) && !self.backing.contains_key(&format!("{dir}/ctl")) {
+                add_leaf(&mut v, &format!("{dir}/ctl"), Want::Ctl);
             }
         }
         for (id, agent) in &self.agents {
@@ -542,7 +549,9 @@ fn observe(p: &Path) -> Seen {
 /// The permission bits of a directory: an agent's inbox takes deposits (the mount is
 /// not read-only), everything else is read-only.
 fn dir_perm(path: &str) -> u32 {
-    if path.starts_with("inbox/") && path.matches('/').count() == 1 {
+    if path == "new" {
+        0o700
+    } else if path.starts_with("inbox/") && path.matches('/').count() == 1 {
         0o755
     } else {
         0o555
@@ -584,6 +593,12 @@ fn matches(path: &str, want: Option<&Want>, seen: &Seen) -> bool {
                 perm, bytes: Ok(_), ..
             },
         ) => *perm == 0o444,
+        (
+            Some(Want::Ctl),
+            Seen::File {
+                perm, bytes: Ok(_), ..
+            },
+        ) => *perm == 0o600,
         _ => false,
     }
 }
@@ -632,6 +647,7 @@ fn show_want(path: &str, w: Option<&Want>) -> String {
         Some(Want::Link(t)) => format!("symlink -> {t}"),
         Some(Want::Rendered) => "a rendered file, mode 444, its size what it reads".into(),
         Some(Want::Glance) => "a view of the workspace, mode 444, that reads".into(),
+        Some(Want::Ctl) => "an agent's ctl, mode 600, that reads".into(),
     }
 }
 
