@@ -39,6 +39,15 @@ delete NAME-OR-ID             delete the stopped agent (its name or id again, to
 delete-tree NAME-OR-ID        delete the stopped agent and all its descendants
 ";
 
+/// The longest write `ctl` takes as a command: one write(2) always reaches the daemon
+/// whole up to this size, so a longer one (which the kernel could split) is refused
+/// whole (`EFBIG`) rather than run in parts. A longer interrupt is a message written
+/// into `inbox/<id>/` after a `stop`.
+pub const MAX_COMMAND_BYTES: usize = 64 * 1024;
+
+/// The words that introduce the list of commands in a refusal.
+const TAKES: &str = "; ctl takes one of:";
+
 /// The commands allowed under `--agent ID` (on ID's descendants).
 pub const CONFINED_COMMANDS: [&str; 3] = ["stop", "nudge", "interrupt"];
 
@@ -82,10 +91,16 @@ impl ActError {
         Self::new(
             libc::EINVAL,
             format!(
-                "{why}; ctl takes one of:\n{}",
+                "{why}{TAKES}\n  {}",
                 COMMANDS.trim_end().replace('\n', "\n  ")
             ),
         )
+    }
+
+    /// The reason without the list of commands (for an event, which the list would
+    /// only make long).
+    pub fn summary(&self) -> &str {
+        self.why.split(TAKES).next().unwrap_or(&self.why)
     }
 
     /// The short word of the errno, for an event's `result`.
@@ -141,6 +156,16 @@ impl Command {
     /// everything after `interrupt ` (it may span lines); every other command is one
     /// line of words separated by blanks.
     pub fn parse(bytes: &[u8]) -> Result<Command, ActError> {
+        if bytes.len() > MAX_COMMAND_BYTES {
+            return Err(ActError::new(
+                libc::EFBIG,
+                format!(
+                    "a command is at most {MAX_COMMAND_BYTES} bytes (this write: {}); write a \
+                     longer message into inbox/<id>/",
+                    bytes.len()
+                ),
+            ));
+        }
         let text = std::str::from_utf8(bytes)
             .map_err(|_| ActError::not_a_command("the command is not UTF-8"))?;
         let text = text

@@ -51,12 +51,7 @@ pub fn submit(job: Job) -> Result<(), Job> {
     if q.jobs.len() >= MAX_QUEUED {
         return Err(job);
     }
-    q.jobs.push_back(job);
-    if q.idle > 0 {
-        p.ready.notify_one();
-        return Ok(());
-    }
-    if q.workers < MAX_WORKERS {
+    if q.idle == 0 && q.workers < MAX_WORKERS {
         let spawned = std::thread::Builder::new()
             .name("litanyfs-act".into())
             .stack_size(256 * 1024)
@@ -65,11 +60,13 @@ pub fn submit(job: Job) -> Result<(), Job> {
             Ok(_) => q.workers += 1,
             Err(e) if q.workers == 0 => {
                 log::warn!("no thread to carry an act ({e})");
-                return Err(q.jobs.pop_back().unwrap_or_else(|| Box::new(|| {})));
+                return Err(job);
             }
             Err(e) => log::warn!("no further act thread ({e}); the act waits its turn"),
         }
     }
+    q.jobs.push_back(job);
+    p.ready.notify_one();
     Ok(())
 }
 

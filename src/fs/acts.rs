@@ -10,14 +10,14 @@ use super::{answer_close, refuse};
 use crate::tree::Deferred;
 
 /// Answers a write with `later`'s result: `n` bytes written, or its errno.
-pub fn answer_write(later: Deferred, n: usize, reply: ReplyWrite) {
-    later.run_elsewhere(move |r| match r {
+pub fn answer_write(later: Deferred, path: String, n: usize, reply: ReplyWrite) {
+    later.run_elsewhere(path, move |r| match r {
         Ok(()) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
         Err(e) => reply.error(refuse("write", &e)),
     });
 }
 
 /// Answers a close with `later`'s result.
-pub fn answer_close_later(later: Deferred, reply: ReplyEmpty) {
-    later.run_elsewhere(move |r| answer_close(reply, r));
+pub fn answer_close_later(later: Deferred, path: String, reply: ReplyEmpty) {
+    later.run_elsewhere(path, move |r| answer_close(reply, r));
 }

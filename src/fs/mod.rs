@@ -509,7 +509,9 @@ impl Filesystem for Fs {
             drop(h);
             match closing {
                 SpaceClosing::Done(r) => answer_close(reply, r),
-                SpaceClosing::Later(later) => acts::answer_close_later(later, reply),
+                SpaceClosing::Later(later) => {
+                    acts::answer_close_later(later, self.path(ino), reply)
+                }
                 SpaceClosing::Waiting(p) => self.wait_for_spawns(p, reply),
             }
         })
@@ -879,7 +881,7 @@ impl Filesystem for Fs {
             match writing {
                 Writing::Done(Ok(n)) => reply.written(n as u32),
                 Writing::Done(Err(e)) => reply.error(refuse("write", &e)),
-                Writing::Later(later, n) => acts::answer_write(later, n, reply),
+                Writing::Later(later, n) => acts::answer_write(later, self.path(ino), n, reply),
             }
         })
     }

@@ -81,7 +81,11 @@ impl Deferred {
 
     /// Carries it out on a worker, handing the result to `then`; when no worker takes
     /// it (the queue is full), `then` hears `EAGAIN` at once.
-    pub fn run_elsewhere(self, then: impl FnOnce(Result<(), TreeError>) + Send + 'static) {
+    pub fn run_elsewhere(
+        self,
+        path: String,
+        then: impl FnOnce(Result<(), TreeError>) + Send + 'static,
+    ) {
         let then = Arc::new(parking_lot::Mutex::new(Some(then)));
         let theirs = then.clone();
         let job: pool::Job = Box::new(move || {
@@ -94,7 +98,7 @@ impl Deferred {
             && let Some(then) = then.lock().take()
         {
             then(Err(TreeError::new(
-                "",
+                path,
                 ErrorKind::Act(ActError::new(
                     libc::EAGAIN,
                     format!("{} acts wait already; try again", pool::MAX_QUEUED),
@@ -225,7 +229,7 @@ impl Actor {
         let who = (self.writer.pid, self.writer.uid, self.comm.as_str());
         let (word, detail) = match result {
             Ok(said) => ("ok".to_string(), said.clone()),
-            Err(e) => (e.word(), e.why.clone()),
+            Err(e) => (e.word(), e.summary().to_string()),
         };
         match result {
             Ok(_) => log::info!(
@@ -418,7 +422,12 @@ impl Tree {
                 r
             })
             .collect();
-        let mut out = crate::views::status::text(&rows);
+        // The table without its first line, the workspace's total.
+        let table = crate::views::status::text(&rows);
+        let mut out = table
+            .split_once('\n')
+            .map_or(table.as_str(), |(_, rest)| rest)
+            .to_string();
         let policy = self.policy();
         out.push_str("\ncommands (one per write, as in `echo stop > ctl`):\n");
         for line in COMMANDS.lines() {
@@ -476,8 +485,15 @@ impl Tree {
         let command = match command {
             Ok(c) => c,
             Err(e) => {
-                let first = String::from_utf8_lossy(data);
-                let verb = first.split_whitespace().next().unwrap_or("").to_string();
+                // What was written, as far as an event names it: its first word, short.
+                let head = String::from_utf8_lossy(&data[..data.len().min(64)]);
+                let verb: String = head
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(32)
+                    .collect();
                 actor.report(&verb, &Err(e.clone()));
                 return Err(act_error(&path, e));
             }

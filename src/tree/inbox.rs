@@ -748,7 +748,7 @@ impl Tree {
         let closing = match self.flush_start(node, None) {
             Closing::Later(later) => {
                 let path = node.path();
-                later.run_elsewhere(move |r| {
+                later.run_elsewhere(path.clone(), move |r| {
                     if let Err(e) = r {
                         log::warn!("{e} (at release; the writer was not told)");
                     } else {
@@ -863,7 +863,7 @@ impl Tree {
             });
             // A start from `new/` is carried out on a worker; the rename does not wait.
             match self.flush_start(&node, None) {
-                Closing::Later(later) => later.run_elsewhere(|r| {
+                Closing::Later(later) => later.run_elsewhere(node.path(), |r| {
                     if let Err(e) = r {
                         log::warn!("{e} (at a rename; the renamer was not told)");
                     }
