@@ -38,6 +38,9 @@ pub const NEW_DIR: &str = "new";
 /// The key `new/`'s drafts are kept under among the drafts (never an agent id: it holds
 /// a `/`).
 pub const NEW_DRAFTS: &str = "/new";
+/// How long a start waits for its agent's `steps/<id>/` once the agent exists (litany
+/// makes it with the first step; a start that fails before one has none).
+pub const STEPS_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// `ctl`'s mode: the mount owner's alone (with `--allow-other`, the kernel keeps
 /// everyone else out).
 pub const CTL_PERM: u16 = 0o600;
@@ -621,12 +624,15 @@ impl Tree {
                     &agents,
                     START_LIMIT,
                 )?;
-                // Its name is on the dispatch commit, a moment after the ref: the close
-                // returns once `names/<Name>` resolves.
+                // Its name is on the dispatch commit, a moment after the ref, and its
+                // `steps/<id>/` (where its `ctl` is) comes with its first step: the close
+                // returns once `names/<Name>` resolves, and `steps/<id>/ctl` if litany
+                // gets that far within STEPS_GRACE.
                 let at = std::time::Instant::now();
-                while let Some(n) = &name
-                    && !wears(&git, &s.id, n)
-                    && at.elapsed() < START_LIMIT
+                let steps = actor.root.join(crate::workspace::STEPS_DIR).join(&s.id);
+                while (name.as_ref().is_some_and(|n| !wears(&git, &s.id, n))
+                    && at.elapsed() < START_LIMIT)
+                    || (!steps.is_dir() && at.elapsed() < STEPS_GRACE)
                 {
                     std::thread::sleep(std::time::Duration::from_millis(5));
                 }
