@@ -1,5 +1,6 @@
 //! Running one litany verb to its end, on a worker thread (never a FUSE request thread):
-//! the hardened launch of [`crate::deposit::wake::harness_command`], its output
+//! the hardened launch of [`crate::deposit::wake::harness_command`] (a process group of
+//! its own, spawned without forking the daemon), its output
 //! collected, a bound on how long it may take, and its failure read as one errno.
 //!
 //! litany's verbs exit 1 with a sentence on stderr for every refusal; which refusal it
@@ -20,8 +21,15 @@ use super::ActError;
 /// `litany stop` waits up to 5 s for a SIGTERM to work before its SIGKILL, and scans
 /// `/proc` besides; nothing else it runs takes more than a moment.
 pub const RUN_LIMIT: Duration = Duration::from_secs(30);
-/// How often a running verb is looked at.
-const POLL: Duration = Duration::from_millis(5);
+/// How often a running verb is looked at: often at first (most verbs end within tens
+/// of milliseconds, and the writer waits for that), then less.
+fn poll(elapsed: Duration) -> Duration {
+    if elapsed < Duration::from_millis(200) {
+        Duration::from_micros(500)
+    } else {
+        Duration::from_millis(5)
+    }
+}
 /// The most of a verb's output kept (its refusals are one sentence).
 const OUTPUT_KEPT: usize = 16 << 10;
 
@@ -63,7 +71,7 @@ fn drain(mut r: impl Read + Send + 'static) -> mpsc::Receiver<Vec<u8>> {
 
 /// Runs `<harness> <argv...>` to its end (at most `limit`), collecting its output.
 pub fn run(harness: &Path, argv: &[OsString], limit: Duration) -> Result<Ran, ActError> {
-    let mut cmd = crate::deposit::wake::harness_command(harness);
+    let mut cmd = crate::deposit::wake::harness_command(harness, false);
     cmd.args(argv).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| {
         ActError::new(
@@ -77,7 +85,7 @@ pub fn run(harness: &Path, argv: &[OsString], limit: Duration) -> Result<Ran, Ac
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
-            Ok(None) if started.elapsed() < limit => std::thread::sleep(POLL),
+            Ok(None) if started.elapsed() < limit => std::thread::sleep(poll(started.elapsed())),
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();

@@ -161,7 +161,7 @@ pub fn start(
     limit: Duration,
 ) -> Result<Started, ActError> {
     let before = agents();
-    let mut cmd = crate::deposit::wake::harness_command(harness);
+    let mut cmd = crate::deposit::wake::harness_command(harness, true);
     cmd.args(argv).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| {
         ActError::new(

@@ -211,7 +211,7 @@ fn driver_stderr(root: &Path, agent: &str) -> Stdio {
 /// The launch command: litany's `AdvanceLauncher`, hardened (module docs), without
 /// spawning it.
 fn driver_command(harness: &Path, root: &Path, agent: &str, stderr: Stdio) -> Command {
-    let mut cmd = harness_command(harness);
+    let mut cmd = harness_command(harness, true);
     cmd.arg("advance")
         .arg("--")
         .arg(root)
@@ -223,14 +223,21 @@ fn driver_command(harness: &Path, root: &Path, agent: &str, stderr: Stdio) -> Co
 }
 
 /// Any run of the harness from the daemon, hardened as a driver's launch is (module
-/// docs): in [`DRIVER_CWD`], without [`PRIVATE_ENV`], in a session of its own (so the
-/// daemon's terminal or group never receives what is meant for it, nor the reverse).
-/// The caller adds the verb and its arguments.
-pub fn harness_command(harness: &Path) -> Command {
+/// docs): in [`DRIVER_CWD`], without [`PRIVATE_ENV`]. A driver (`detached`) gets a
+/// session of its own, so the daemon's terminal or group never receives what is meant
+/// for it, nor the reverse; a verb the daemon waits for gets a process group of its own
+/// only, which lets it be spawned without a `fork` of the whole daemon (with a hook
+/// between fork and exec, as `setsid` needs, every spawn copies the daemon's page
+/// tables: milliseconds for a large cache). The caller adds the verb and its arguments.
+pub fn harness_command(harness: &Path, detached: bool) -> Command {
     let mut cmd = Command::new(harness);
     cmd.current_dir(DRIVER_CWD).stdin(Stdio::null());
     for var in PRIVATE_ENV {
         cmd.env_remove(var);
+    }
+    if !detached {
+        cmd.process_group(0);
+        return cmd;
     }
     // SAFETY: the hook runs between fork and exec and only calls `setsid`, which is
     // async-signal-safe. Its failure (already a group leader) is ignored, as litany does.
