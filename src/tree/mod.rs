@@ -14,6 +14,7 @@
 //! | `agents/<id>/...`, `marks/<kind>/<id>`, `names/<Name>` | [`git`] | branches, marks, names |
 //! | `steps/<id>/latest`, `transcript.md`, `<NNN>/response.md` | [`records`] | an agent's records as text |
 //! | `status`, `status.json`, `events`, `events.ndjson` | [`views`] | every agent at a glance, what happened |
+//! | `steps/<id>/ctl`, `new/` | [`acts`] | commands to an agent; goals that start conversations |
 //!
 //! A path is parsed once into a typed [`Node`] (see [`node`]); each family's module
 //! answers every operation on its nodes, and this module only dispatches. Content is
