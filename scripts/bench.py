@@ -1261,6 +1261,101 @@ def bench_attention(tmp):
         unmount(mnt)
 
 
+def harness_quiet(ws, timeout=60):
+    """Waits until no process names `ws` in its arguments (drivers, prompts) but a mount."""
+    deadline = time.time() + timeout
+    needle = str(ws).encode()
+    while time.time() < deadline:
+        busy = False
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                args = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if needle in args and not args[0].endswith(b"litanyfs"):
+                busy = True
+                break
+        if not busy:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{ws}: the harness did not settle in {timeout} s")
+
+
+def bench_acts(tmp):
+    print("12. acts: a ctl command against litany's own verb; reads during 100 concurrent ctl writes", flush=True)
+    lit = litany_bin()
+    if not lit:
+        print("  no litany: skipped", flush=True)
+        return
+    home = tmp / "acts-home"
+    env = dict(os.environ, LITANY_HOME=str(home))
+    for k in ("FAKE_BZ_SCENARIO", "FAKE_BZ_LINE_DELAY", "FAKE_BZ_LOG", "LITANY_CONV_BRANCH"):
+        env.pop(k, None)
+    subprocess.run([lit, "prime"], env=env, check=True, capture_output=True)
+    (home / "bin").mkdir(parents=True, exist_ok=True)
+    fake = home / "bin" / "fake-bz"
+    shutil.copy(ROOT / "tests" / "harness" / "fake-bz", fake)
+    os.chmod(fake, 0o755)
+    (home / "models.yaml").write_text(f"adapter: {fake}\n")
+    ws = tmp / "acts-ws"
+    subprocess.run([lit, "new", str(ws)], env=env, check=True, capture_output=True)
+    out = subprocess.run([lit, "prompt", "--name", "Bench", "--", str(ws), "hello"], env=env, check=True, capture_output=True, text=True)
+    aid = out.stdout.strip().splitlines()[-1]
+    harness_quiet(ws)
+    mnt = tmp / "acts-mnt"
+    mnt.mkdir(parents=True, exist_ok=True)
+    sh(str(BIN), "mount", str(ws), str(mnt), "--log-file", str(tmp / "acts-mnt.log"), "--harness", lit, env=env)
+    MOUNTS.append(mnt)
+    ctl = mnt / "steps" / aid / "ctl"
+    n = 10 if QUICK else 40
+    via = direct = 0.0
+    for _ in range(n):
+        t = time.perf_counter()
+        with open(ctl, "w") as f:
+            f.write("workflow clear\n")
+        t1 = time.perf_counter()
+        subprocess.run([lit, "workflow", "--clear", "--", str(ws), aid], env=env, check=True, capture_output=True)
+        t2 = time.perf_counter()
+        via, direct = via + (t1 - t) / n, direct + (t2 - t1) / n
+    row("ctl command (workflow clear) through the mount, ms each", round(via * 1000, 1), round(direct * 1000, 1), round(via / direct, 2), lambda r: r <= 1.5, " ms", "anchor: litany workflow --clear run directly, in turn")
+    # 100 writers at once, each a litany run on a worker; status read meanwhile.
+    status = mnt / "status"
+    idle = []
+    for _ in range(20):
+        t = time.perf_counter()
+        status.read_bytes()
+        idle.append(time.perf_counter() - t)
+    import threading
+    results = []
+
+    def write():
+        try:
+            with open(ctl, "w") as f:
+                f.write("workflow clear\n")
+            results.append(0)
+        except OSError as e:
+            results.append(e.errno)
+
+    writers = [threading.Thread(target=write) for _ in range(100)]
+    t0 = time.perf_counter()
+    for w in writers:
+        w.start()
+    slowest, reads = 0.0, 0
+    while any(w.is_alive() for w in writers):
+        t = time.perf_counter()
+        status.read_bytes()
+        slowest = max(slowest, time.perf_counter() - t)
+        reads += 1
+    took = time.perf_counter() - t0
+    for w in writers:
+        w.join()
+    ok = results.count(0)
+    row("slowest read of status during 100 concurrent ctl writes, ms", round(slowest * 1000, 1), 1000, round(slowest, 3), lambda r: r <= 1.0, " ms", f"issue 34: within 1 s; idle read {round(statistics.median(idle) * 1000, 1)} ms; {reads} reads; {ok}/100 writes ok in {round(took, 1)} s")
+    unmount(mnt)
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     global QUICK
@@ -1270,7 +1365,7 @@ def main():
     tmp = Path(tempfile.mkdtemp(prefix="litanyfs-bench-"))
     started = time.time()
     try:
-        sections = [("seq", bench_sequential), ("walk", bench_walk), ("paging", bench_paging), ("deposits", bench_deposits), ("records", bench_records), ("refs", bench_refs), ("scale", bench_scale), ("views", bench_views), ("home", bench_home), ("stall", bench_stall), ("attention", bench_attention)]
+        sections = [("seq", bench_sequential), ("walk", bench_walk), ("paging", bench_paging), ("deposits", bench_deposits), ("records", bench_records), ("refs", bench_refs), ("scale", bench_scale), ("views", bench_views), ("home", bench_home), ("stall", bench_stall), ("attention", bench_attention), ("acts", bench_acts)]
         for name, f in sections:
             if only and name not in only:
                 continue

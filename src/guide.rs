@@ -13,7 +13,7 @@ use crate::views::{ATTENTION, ATTENTION_JSON, EVENTS, EVENTS_NDJSON, STATUS, STA
 use crate::workspace::steps::DRIVER_LOG;
 use crate::workspace::{AGENTS_DIR, INBOX_DIR, MARKS_DIR, NAMES_DIR, STEPS_DIR};
 
-use crate::tree::{LATEST, RESPONSE_MD, TRANSCRIPT_MD};
+use crate::tree::{CTL, LATEST, NEW_DIR, RESPONSE_MD, TRANSCRIPT_MD};
 
 /// What comes before the table, in words.
 pub(crate) const INTRO: &str = "The mount root mirrors the workspace root, so every \
@@ -106,6 +106,27 @@ pub fn entries() -> Vec<Entry> {
              follows it"
                 .into(),
             Some("doc/VIEWS.md#transcriptmd"),
+        ),
+        entry(
+            format!("`{STEPS_DIR}/<id>/{CTL}`"),
+            "litany's verbs",
+            "commands for a living agent, one per write (`echo stop > ctl`): `stop`, \
+             `nudge`, `interrupt TEXT`, `retarget [CONFIG] [role ROLE]`, `workflow \
+             CONFIG|clear`, `delete NAME-OR-ID`, `delete-tree NAME-OR-ID`; the write \
+             answers the command's result; reading it shows the agent's status row and \
+             the commands (`0600`, the mount owner's)"
+                .into(),
+            Some("doc/SEMANTICS.md#acting-on-agents-ctl-and-new"),
+        ),
+        entry(
+            format!("`{NEW_DIR}/<Name>`"),
+            "`litany prompt`",
+            "a goal written into a new file here starts a conversation at its last close \
+             (named `<Name>` when litany takes it as a name; an optional first line \
+             `config: NAME`); the close returns once the agent exists (`0700`, the mount \
+             owner's; none under `--agent`)"
+                .into(),
+            Some("doc/SEMANTICS.md#acting-on-agents-ctl-and-new"),
         ),
         entry(
             format!("`{INBOX_DIR}/<id>/`"),

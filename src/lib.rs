@@ -3,7 +3,8 @@
 //! The crate reads in one direction. A FUSE request reaches [`fs`], the only module that
 //! knows about FUSE; it asks [`tree`] what a path is and what it holds; the tree asks
 //! [`workspace`] (paths, ids, refs, marks), [`paging`] (continuation addresses),
-//! [`deposit`] (the inbox write path) and [`views`] (`status` and the events).
+//! [`deposit`] (the inbox write path), [`views`] (`status` and the events) and
+//! [`control`] (acting on agents: `ctl` and `new/`).
 //! Everything but [`fs`], [`mount`], [`sentinel`] and the process helpers those two share
 //! ([`process`]) is plain Rust, unit-tested without a mount: the tree decides what every
 //! entry is, how long the kernel may keep it and how an open is served; the adapter only
@@ -30,6 +31,8 @@
 //! | `litanyfs-top` | [`views::pool`] (home mounts) | inotify on the top directories of every workspace | poking the followers |
 //! | `invalidate-gone` | [`fs`] (home mounts) | a workspace that has gone, once, then exits | the kernel's invalidation calls |
 //! | `litanyfs-reap` | [`deposit::wake`] | a launched driver exiting (one per launch) | `waitpid` of that driver |
+//! | `litanyfs-act` (up to 8) | [`control::pool`], started as acts come | a `ctl` command or a start from `new/` handed over by a request thread | running a `litany` verb to its end (at most 30 s), `litany prompt` until its agent's ref exists, a deposit; then the reply |
+//! | `litanyfs-act-out` | [`control::run`], [`control::start`] (two per verb run) | output of that `litany` child | reading its pipe to the end |
 //! | `litanyfs-render` | [`records`] (scoped, inside a request thread's render of a long `response.json`) | started per part, exits before the request replies | reading that part of the `response.json` |
 //!
 //! On a home mount, each workspace opened (something looked inside it) adds the threads a
@@ -52,6 +55,8 @@
 // a rule lives.
 #![allow(rustdoc::private_intra_doc_links)]
 
+#[doc(hidden)]
+pub(crate) mod control;
 #[doc(hidden)]
 pub mod demo;
 pub mod deposit;

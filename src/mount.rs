@@ -703,6 +703,7 @@ fn workspace_tree(
         depositor
             .waker()
             .on_launch(Box::new(move |agent, pid| views.woken(agent, pid)));
+        let depositor = Arc::new(depositor);
         tree = tree.with_deposits(Deposits { depositor, sender });
     }
     Ok(tree)

@@ -49,7 +49,9 @@ fn derived(backing: &Path, mount: &Path, rel: &Path) -> bool {
     if rel.ends_with(litanyfs::tree::RESPONSE_MD) {
         return backing.join(rel.with_file_name("response.json")).exists();
     }
-    if rel.ends_with(litanyfs::tree::TRANSCRIPT_MD) && rel.components().count() == 2 {
+    if (rel.ends_with(litanyfs::tree::TRANSCRIPT_MD) || rel.ends_with(litanyfs::tree::CTL))
+        && rel.components().count() == 2
+    {
         return true;
     }
     if rel.file_name().is_some_and(|n| n == litanyfs::tree::LATEST) && rel.components().count() == 2
@@ -336,6 +338,7 @@ fn a_step_the_harness_runs_shows_up_live_and_tail_follows_its_response() {
                 n != litanyfs::tree::LATEST
                     && n != litanyfs::tree::RESPONSE_MD
                     && n != litanyfs::tree::TRANSCRIPT_MD
+                    && n != litanyfs::tree::CTL
             })
     };
     assert!(eventually(Duration::from_secs(3), || find_files(&steps)

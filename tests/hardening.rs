@@ -527,6 +527,24 @@ fn allow_other_lets_others_read_and_the_kernel_enforce_the_modes() {
     );
     // Root (the owner) still deposits.
     std::fs::write(m.path(&format!("inbox/{A}/note")), b"from root").unwrap();
+    // Acting is the owner's alone: another user can neither command an agent, nor read
+    // its ctl, nor start a conversation.
+    let ctl = m.path(&format!("steps/{A}/ctl"));
+    assert!(ctl.exists(), "A has a ctl");
+    for cmd in [
+        format!("echo stop > '{}'", ctl.display()),
+        format!("cat '{}'", ctl.display()),
+        format!("echo hi > '{}'", m.path("new/Intruder").display()),
+        format!("ls '{}'", m.path("new").display()),
+    ] {
+        let out = as_nobody(&cmd);
+        assert!(!out.status.success(), "{cmd}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 fn rss_kib(pid: i32) -> u64 {

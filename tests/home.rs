@@ -553,3 +553,72 @@ fn a_read_only_home_refuses_deposits_in_every_workspace() {
     assert!(err.contains("--agent"), "{err}");
     assert!(!is_mounted(dir.path()));
 }
+
+/// `echo "$text" > $path` in bash: whether it succeeded, and what bash printed.
+fn echo(path: &Path, text: &str) -> (bool, String) {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg("echo \"$1\" > \"$2\"")
+        .arg("bash")
+        .arg(text)
+        .arg(path)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn ctl_and_new_act_in_each_workspace_of_a_home() {
+    let home = Home::new();
+    let one = home.new_workspace();
+    let two = home.new_workspace();
+    let m = HomeMount::new(&home, &[]);
+    let (one_dir, two_dir) = (name_of(&one), name_of(&two));
+    assert!(listing(&m.path(&one_dir)).contains(&"new".to_string()));
+
+    // A goal written into one workspace's new/ starts an agent there, and only there.
+    std::fs::write(m.path(&format!("{one_dir}/new/Scout")), "hello from new\n").unwrap();
+    // Its root (an id of two tokens), besides the titler child the stock config forks.
+    let ids: Vec<String> = agent_ids(&one)
+        .into_iter()
+        .filter(|id| id.matches('-').count() == 1)
+        .collect();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let id = &ids[0];
+    assert!(agent_ids(&two).is_empty());
+    assert!(listing(&m.path(&format!("{two_dir}/new"))).is_empty());
+    let target = std::fs::read_link(m.path(&format!("{one_dir}/names/Scout"))).unwrap();
+    assert!(target.ends_with(id), "{target:?}");
+    common::harness::wait_quiescent(&one, Duration::from_secs(60)).unwrap();
+
+    // Its ctl: a refusal names the path under the workspace; a delete-tree removes it
+    // and its titler child.
+    let ctl = m.path(&format!("{one_dir}/steps/{id}/ctl"));
+    let (ok, err) = echo(&ctl, "bogus");
+    assert!(!ok && err.contains("Invalid argument"), "{err}");
+    assert!(
+        m.log_text()
+            .contains(&format!("{one_dir}/steps/{id}/ctl: unknown command")),
+        "{}",
+        m.log_text()
+    );
+    let (ok, err) = echo(&ctl, "delete-tree Scout");
+    assert!(ok, "{err}");
+    assert!(agent_ids(&one).is_empty(), "{:?}", agent_ids(&one));
+    // The home's events show both acts, in their workspace.
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let events = std::fs::read_to_string(m.path("events.ndjson")).unwrap();
+            events.lines().any(|l| {
+                l.contains("\"kind\":\"control\"")
+                    && l.contains(&format!("\"workspace\":\"{one_dir}\""))
+                    && l.contains("\"command\":\"delete-tree Scout\"")
+            })
+        }),
+        "{}",
+        std::fs::read_to_string(m.path("events")).unwrap()
+    );
+}

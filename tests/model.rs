@@ -68,8 +68,11 @@ const SWEEP_EVERY: usize = 50;
 /// mount applies inotify events asynchronously, and an event it applies after a read
 /// re-numbers the file that read saw (see the regression tests at the end). Held from
 /// the first read instead, seed 3 fails: a `stdout` derived from a rewritten
-/// `output.json` is renumbered once more, though its content is the same.
-const SETTLE: Duration = Duration::from_secs(1);
+/// `output.json` is renumbered once more, though its content is the same. Five seconds,
+/// not one: at a load of 9 on two CPUs the invalidation of a rewritten `output.json`
+/// reached its derived `stderr` after more than a second (seen during this round's
+/// work); a renumbering of a file left alone for longer is still a failure.
+const SETTLE: Duration = Duration::from_secs(5);
 
 // ---------------------------------------------------------------------------------------
 // The generator
@@ -231,6 +234,9 @@ enum Want {
     /// A view of the whole workspace at the root (`status`, `events`, ...): a read-only
     /// file that always reads; its content is checked in tests/views.rs, not here.
     Glance,
+    /// An agent's `ctl`: the mount owner's (mode 600), and it reads; what it does is
+    /// tests/control.rs's.
+    Ctl,
 }
 
 type View = BTreeMap<String, Want>;
@@ -314,6 +320,7 @@ impl Model {
         ] {
             add_leaf(&mut v, glance, Want::Glance);
         }
+        add_dir(&mut v, "new");
         for (path, entry) in &self.backing {
             // Every ancestor must be shown too (a hidden directory hides its contents).
             let mut ancestors = path.match_indices('/').map(|(i, _)| &path[..i]);
@@ -395,6 +402,9 @@ impl Model {
                 && !self.backing.contains_key(&format!("{dir}/transcript.md"))
             {
                 add_leaf(&mut v, &format!("{dir}/transcript.md"), Want::Rendered);
+            }
+            if self.agents.contains_key(id) && !self.backing.contains_key(&format!("{dir}/ctl")) {
+                add_leaf(&mut v, &format!("{dir}/ctl"), Want::Ctl);
             }
         }
         for (id, agent) in &self.agents {
@@ -542,7 +552,9 @@ fn observe(p: &Path) -> Seen {
 /// The permission bits of a directory: an agent's inbox takes deposits (the mount is
 /// not read-only), everything else is read-only.
 fn dir_perm(path: &str) -> u32 {
-    if path.starts_with("inbox/") && path.matches('/').count() == 1 {
+    if path == "new" {
+        0o700
+    } else if path.starts_with("inbox/") && path.matches('/').count() == 1 {
         0o755
     } else {
         0o555
@@ -584,6 +596,12 @@ fn matches(path: &str, want: Option<&Want>, seen: &Seen) -> bool {
                 perm, bytes: Ok(_), ..
             },
         ) => *perm == 0o444,
+        (
+            Some(Want::Ctl),
+            Seen::File {
+                perm, bytes: Ok(_), ..
+            },
+        ) => *perm == 0o600,
         _ => false,
     }
 }
@@ -632,6 +650,7 @@ fn show_want(path: &str, w: Option<&Want>) -> String {
         Some(Want::Link(t)) => format!("symlink -> {t}"),
         Some(Want::Rendered) => "a rendered file, mode 444, its size what it reads".into(),
         Some(Want::Glance) => "a view of the workspace, mode 444, that reads".into(),
+        Some(Want::Ctl) => "an agent's ctl, mode 600, that reads".into(),
     }
 }
 

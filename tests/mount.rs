@@ -77,8 +77,8 @@ fn sh(cmd: &str) -> (bool, String, String) {
 }
 
 /// What the mount root lists, sorted: the workspace's `agents`, `inbox`, `steps`, then
-/// `marks`, `names` and the six views.
-const ROOT: [&str; 11] = [
+/// `marks`, `names`, the six views and `new`.
+const ROOT: [&str; 12] = [
     "agents",
     "attention",
     "attention.json",
@@ -87,6 +87,7 @@ const ROOT: [&str; 11] = [
     "inbox",
     "marks",
     "names",
+    "new",
     "status",
     "status.json",
     "steps",
@@ -188,7 +189,10 @@ fn root_mirrors_the_workspace_and_steps_match_the_disk() {
         .into_iter()
         .filter(|p| !(p.ends_with("stdout") || p.ends_with("stderr")))
         .filter(|p| {
-            !(p.ends_with("latest") || p.ends_with("response.md") || p.ends_with("transcript.md"))
+            !(p.ends_with("latest")
+                || p.ends_with("response.md")
+                || p.ends_with("transcript.md")
+                || p.ends_with("ctl"))
         })
         .collect();
     assert_eq!(got, want);

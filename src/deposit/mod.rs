@@ -52,7 +52,7 @@ pub(crate) use spare::Spares;
 pub(crate) use validate::{
     DEFAULT_MAX_MESSAGE_BYTES, check_content, check_len, check_recipient, check_sender,
 };
-pub(crate) use wake::{Later, Wake, Waker, find_harness};
+pub(crate) use wake::{Later, Wake, Waker, executor_busy, find_harness};
 
 use crate::workspace::Workspace;
 

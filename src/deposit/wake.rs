@@ -211,17 +211,33 @@ fn driver_stderr(root: &Path, agent: &str) -> Stdio {
 /// The launch command: litany's `AdvanceLauncher`, hardened (module docs), without
 /// spawning it.
 fn driver_command(harness: &Path, root: &Path, agent: &str, stderr: Stdio) -> Command {
-    let mut cmd = Command::new(harness);
+    let mut cmd = harness_command(harness, true);
     cmd.arg("advance")
         .arg("--")
         .arg(root)
         .arg(agent)
-        .current_dir(DRIVER_CWD)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr);
+    cmd
+}
+
+/// Any run of the harness from the daemon, hardened as a driver's launch is (module
+/// docs): in [`DRIVER_CWD`], without [`PRIVATE_ENV`]. A driver (`detached`) gets a
+/// session of its own, so the daemon's terminal or group never receives what is meant
+/// for it, nor the reverse; a verb the daemon waits for gets a process group of its own
+/// only, which lets it be spawned without a `fork` of the whole daemon (with a hook
+/// between fork and exec, as `setsid` needs, every spawn copies the daemon's page
+/// tables: milliseconds for a large cache). The caller adds the verb and its arguments.
+pub(crate) fn harness_command(harness: &Path, detached: bool) -> Command {
+    let mut cmd = Command::new(harness);
+    cmd.current_dir(DRIVER_CWD).stdin(Stdio::null());
     for var in PRIVATE_ENV {
         cmd.env_remove(var);
+    }
+    if !detached {
+        cmd.process_group(0);
+        return cmd;
     }
     // SAFETY: the hook runs between fork and exec and only calls `setsid`, which is
     // async-signal-safe. Its failure (already a group leader) is ignored, as litany does.
@@ -250,7 +266,7 @@ pub(crate) fn launch(harness: &Path, root: &Path, agent: &str) -> io::Result<u32
 
 /// Waits for `child` on a thread of its own, so the exit status is collected whenever
 /// the driver ends and the caller never blocks.
-fn reap(mut child: Child) {
+pub(crate) fn reap(mut child: Child) {
     let pid = child.id();
     let spawned = std::thread::Builder::new()
         .name("litanyfs-reap".into())
@@ -304,6 +320,10 @@ impl Waker {
         if self.on_launch.set(hook).is_err() {
             log::warn!("a launch hook is already set; the new one is ignored");
         }
+    }
+
+    pub(crate) fn harness(&self) -> Option<&Path> {
+        self.harness.as_deref()
     }
 
     /// Launches a driver for `agent` unless an executor holds its lock.

@@ -6,6 +6,7 @@
 //! the path and the reason. A handler that panicked would take the mount down with it,
 //! so each runs under [`guarded`], which turns a panic into EIO and a log line.
 
+mod acts;
 mod handles;
 mod inodes;
 mod invalidate;
@@ -31,7 +32,7 @@ use fuser::{
 use crate::home::{Space, SpaceClosing, WaitingClose};
 use crate::tree::{
     Attr, Child, Closer, Content, ErrorKind, Identity, Kind, Node, OpenMode, Opened, SHORT_TTL,
-    SPAWN_POLL, Tree, TreeError,
+    SPAWN_POLL, Tree, TreeError, Writer, Writing,
 };
 use handles::{Handle, Handles, Io};
 use inodes::InodeTable;
@@ -512,6 +513,9 @@ impl Filesystem for Fs {
             drop(h);
             match closing {
                 SpaceClosing::Done(r) => answer_close(reply, r),
+                SpaceClosing::Later(later) => {
+                    acts::answer_close_later(later, self.path(ino), reply)
+                }
                 SpaceClosing::Waiting(p) => self.wait_for_spawns(p, reply),
             }
         })
@@ -869,14 +873,19 @@ impl Filesystem for Fs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let pid = req.pid();
+        let writer = Writer {
+            pid: req.pid(),
+            uid: req.uid(),
+        };
         guarded("write", || {
-            match self
-                .node(ino)
-                .and_then(|(n, _)| self.space.write(&n, offset, data, pid))
-            {
-                Ok(n) => reply.written(n as u32),
-                Err(e) => reply.error(refuse("write", &e)),
+            let writing = match self.node(ino) {
+                Ok((n, _)) => self.space.write_start(&n, offset, data, writer),
+                Err(e) => Writing::Done(Err(e)),
+            };
+            match writing {
+                Writing::Done(Ok(n)) => reply.written(n as u32),
+                Writing::Done(Err(e)) => reply.error(refuse("write", &e)),
+                Writing::Later(later, n) => acts::answer_write(later, self.path(ino), n, reply),
             }
         })
     }

@@ -14,8 +14,8 @@ use std::time::{Duration, SystemTime};
 
 use super::{Home, WsKey, in_workspace};
 use crate::tree::{
-    Attr, Child, Closer, Closing, Content, ErrorKind, HomeNode, Identity, Node, OpenMode, Opened,
-    PendingClose, SHORT_TTL, Tree, TreeError,
+    Attr, Child, Closer, Closing, Content, Deferred, ErrorKind, HomeNode, Identity, Node, OpenMode,
+    Opened, PendingClose, SHORT_TTL, Tree, TreeError, Writer, Writing,
 };
 
 /// One workspace's tree, or a home of many (module docs).
@@ -71,6 +71,17 @@ fn wrap_child(ws: Option<&WsKey>, c: Child) -> Child {
         node: wrap_node(ws, c.node),
         attr: wrap_attr(ws, c.attr),
         ttl: c.ttl,
+    }
+}
+
+/// A deferred act whose errors name their path under `ws`.
+fn wrap_later(ws: Option<&WsKey>, later: Deferred) -> Deferred {
+    match ws {
+        Some(ws) => {
+            let ws = ws.clone();
+            later.map_err(move |e| e.under(&ws))
+        }
+        None => later,
     }
 }
 
@@ -260,18 +271,21 @@ impl Space {
         }
     }
 
-    pub(crate) fn write(
+    /// [`Tree::write_start`]: a write done now, or a command left for a worker.
+    pub(crate) fn write_start(
         &self,
         node: &Node,
         offset: u64,
         data: &[u8],
-        tid: u32,
-    ) -> Result<usize, TreeError> {
-        match self.at(node)? {
-            At::Tree { tree, ws, node } => tree
-                .write(node, offset, data, tid)
-                .map_err(|e| wrap_err(ws, e)),
-            At::Home(_) => Err(TreeError::read_only(node.path())),
+        writer: Writer,
+    ) -> Writing {
+        match self.at(node) {
+            Err(e) => Writing::Done(Err(e)),
+            Ok(At::Home(_)) => Writing::Done(Err(TreeError::read_only(node.path()))),
+            Ok(At::Tree { tree, ws, node }) => match tree.write_start(node, offset, data, writer) {
+                Writing::Done(r) => Writing::Done(r.map_err(|e| wrap_err(ws, e))),
+                Writing::Later(later, n) => Writing::Later(wrap_later(ws, later), n),
+            },
         }
     }
 
@@ -360,6 +374,7 @@ impl Space {
             Ok(At::Home(_)) => SpaceClosing::Done(Ok(())),
             Ok(At::Tree { tree, ws, node }) => match tree.close_start(node, content, closer) {
                 Closing::Done(r) => SpaceClosing::Done(r.map_err(|e| wrap_err(ws, e))),
+                Closing::Later(later) => SpaceClosing::Later(wrap_later(ws, later)),
                 Closing::Waiting(pending) => SpaceClosing::Waiting(WaitingClose {
                     ws: ws.cloned(),
                     tree,
@@ -381,6 +396,8 @@ impl Space {
 /// A close of the space, decided or waiting ([`Space::close_start`]).
 pub(crate) enum SpaceClosing {
     Done(Result<(), TreeError>),
+    /// Decided; carried out by a worker, which answers the close.
+    Later(Deferred),
     Waiting(WaitingClose),
 }
 

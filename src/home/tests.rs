@@ -125,6 +125,7 @@ fn a_workspace_inside_the_home_is_its_whole_single_tree() {
             "inbox",
             "marks",
             "names",
+            "new",
             "status",
             "status.json",
             "steps"

@@ -31,7 +31,9 @@ impl Tree {
             Place::InboxEntry { agent } | Place::Steps { agent } => {
                 agent.as_deref() == Some(me.as_str())
             }
-            Place::AgentSteps { agent } | Place::Step { agent, .. } => agent == me,
+            // A descendant's directory shows its `ctl` alone (`acts`).
+            Place::AgentSteps { agent } => agent == me || crate::control::is_descendant(agent, me),
+            Place::Step { agent, .. } => agent == me,
             Place::ToolDir(r) | Place::Output(r) => r.agent() == me,
             Place::InboxDeep => false,
         }
@@ -130,6 +132,11 @@ impl Tree {
         {
             return Ok(Node::git(super::GitNode::InboxName(text.to_string())));
         }
+        if let Some(node) = self.ctl_child(&place, name)
+            && self.backing.lstat(&b.rel().join(name)).is_err()
+        {
+            return Ok(node);
+        }
         if let Some(view) = super::records::child(b, &place, name)
             && self.backing.lstat(&b.rel().join(name)).is_err()
         {
@@ -176,6 +183,7 @@ impl Tree {
             self.push_drafts(&mut out, agent);
         }
         self.push_record_views(&mut out, b, &place, &dir);
+        self.push_ctl(&mut out, &place);
         Ok((out, dir))
     }
 

@@ -63,6 +63,9 @@ pub(crate) enum ErrorKind {
     Io(std::io::Error),
     /// Git failed to answer. EIO.
     Git(GitError),
+    /// An act through the mount (`ctl`, `new/`) refused or failed; its errno and words
+    /// are the act's own ([`crate::control`]).
+    Act(crate::control::ActError),
 }
 
 impl TreeError {
@@ -124,6 +127,7 @@ impl TreeError {
             ErrorKind::Page(e) => e.errno(),
             ErrorKind::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
             ErrorKind::Git(_) => libc::EIO,
+            ErrorKind::Act(e) => e.errno,
         }
     }
 
@@ -194,6 +198,7 @@ impl std::fmt::Display for TreeError {
             ErrorKind::Page(e) => write!(f, "{p}: read_tool_output would refuse it: {e}"),
             ErrorKind::Io(e) => write!(f, "{p}: {e}"),
             ErrorKind::Git(e) => write!(f, "{p}: git: {e}"),
+            ErrorKind::Act(e) => write!(f, "{p}: {e}"),
         }
     }
 }

@@ -45,6 +45,30 @@ pub(crate) enum Closing {
     /// writer's close returns once the message is sent. The wait is the writer's: the
     /// adapter carries it on a thread of its own, never on a shared request thread.
     Waiting(PendingClose),
+    /// Decided, and what it decided is carried out off the request thread (a start from
+    /// `new/`, which waits for `litany prompt`): the adapter hands it to a worker
+    /// ([`crate::control::pool`]), which answers the close with its result.
+    Later(super::acts::Deferred),
+}
+
+impl Closing {
+    /// The close's result, carrying out a [`Closing::Later`] here (on a thread that may
+    /// wait: a close's own, never a shared request thread).
+    fn finish(self) -> Result<(), TreeError> {
+        match self {
+            Closing::Done(r) => r,
+            Closing::Later(later) => later.run(),
+            Closing::Waiting(_) => Ok(()),
+        }
+    }
+}
+
+/// How a write went ([`Tree::write_start`]).
+pub(crate) enum Writing {
+    Done(Result<usize, TreeError>),
+    /// A command to carry out on a worker; the write answers this many bytes when it
+    /// succeeds.
+    Later(super::acts::Deferred, usize),
 }
 
 /// A close waiting for spawned children to drop the draft (see [`Closing::Waiting`]).
@@ -193,7 +217,10 @@ impl Tree {
         name: &OsStr,
     ) -> Result<(&'a Deposits, &'a str), TreeError> {
         let refuse = || TreeError::read_only(parent.join(name));
-        let agent = parent.inbox_agent().ok_or_else(refuse)?;
+        let agent = self.drafts_key(parent).ok_or_else(refuse)?;
+        if agent == super::acts::NEW_DRAFTS {
+            self.may_start(parent, name)?;
+        }
         let deposits = self.deposits.as_ref().ok_or_else(refuse)?;
         Ok((deposits, agent))
     }
@@ -232,7 +259,7 @@ impl Tree {
         {
             return Err(TreeError::new(path, ErrorKind::Exists));
         }
-        if !drafts::is_private(name) {
+        if !drafts::is_private(name) && agent != super::acts::NEW_DRAFTS {
             deposits
                 .depositor
                 .check_recipient(agent)
@@ -258,6 +285,7 @@ impl Tree {
     /// Whether a message of `len` bytes is within `--max-message-bytes`: the one check
     /// of that limit, by the deposit engine that enforces it.
     fn check_len(&self, node: &Node, len: u64) -> Result<(), TreeError> {
+        self.check_goal_len(node, len)?;
         match &self.deposits {
             Some(d) => d
                 .depositor
@@ -320,7 +348,7 @@ impl Tree {
     /// A `close(2)` of `content`, opened from `node`, by `closer`, up to a wait for spawned
     /// children, which it returns to be carried by [`Tree::close_poll`] (on the closer's
     /// account, not a request thread's). Only a writable description's close decides a
-    /// draft (see [`Tree::flush`]): a reader's close (`cat`, `grep -r`, an editor's
+    /// draft (see [`Tree::flush_start`]): a reader's close (`cat`, `grep -r`, an editor's
     /// preview) answers at once and decides nothing.
     pub(crate) fn close_start(&self, node: &Node, content: &Content, closer: Closer) -> Closing {
         match content {
@@ -335,12 +363,31 @@ impl Tree {
     fn wait_out(&self, closing: Closing) -> Result<(), TreeError> {
         match closing {
             Closing::Done(r) => r,
+            Closing::Later(later) => later.run(),
             Closing::Waiting(mut p) => loop {
                 std::thread::sleep(SPAWN_POLL);
                 if let Some(r) = self.close_poll(&mut p, false) {
                     return r;
                 }
             },
+        }
+    }
+
+    /// A write by `writer`: a command to `ctl`, left for a worker to carry out
+    /// ([`Writing::Later`]), or a write into a draft, done now.
+    pub(crate) fn write_start(
+        &self,
+        node: &Node,
+        offset: u64,
+        data: &[u8],
+        writer: super::Writer,
+    ) -> Writing {
+        match node {
+            Node::Act(_) => match self.write_act(node, data, writer) {
+                Ok(later) => Writing::Later(later, data.len()),
+                Err(e) => Writing::Done(Err(e)),
+            },
+            _ => Writing::Done(self.write(node, offset, data, writer.pid)),
         }
     }
 
@@ -380,15 +427,17 @@ impl Tree {
         Ok(data.len())
     }
 
-    /// A `close(2)` of a draft by `closer`, or (`None`) the release of its last handle.
-    /// The last close sends it (see [`drafts::verdict`]) and hears how that went; earlier
-    /// closes of duplicates answer at once and send nothing; a message whose writer was
-    /// killed is dropped. An empty or private draft is never sent.
+    /// [`Tree::flush_start`] and its wait, at once.
+    #[cfg(test)]
     pub(crate) fn flush(&self, node: &Node, closer: Option<Closer>) -> Result<(), TreeError> {
         self.wait_out(self.flush_start(node, closer))
     }
 
-    /// [`Tree::flush`], up to a wait for spawned children.
+    /// A `close(2)` of a draft by `closer`, or (`None`) the release of its last handle, up
+    /// to a wait for spawned children, which it returns. The last close sends it (see
+    /// [`drafts::verdict`]) and hears how that went; earlier closes of duplicates answer at
+    /// once and send nothing; a message whose writer was killed is dropped. An empty or
+    /// private draft is never sent.
     fn flush_start(&self, node: &Node, closer: Option<Closer>) -> Closing {
         let Node::Draft(_) = node else {
             return Closing::Done(Ok(()));
@@ -449,15 +498,13 @@ impl Tree {
                         _closing: closing,
                     };
                     return match self.look(&pending) {
-                        Look::Settled(holders) => {
-                            Closing::Done(self.close_with(&pending, &holders))
-                        }
+                        Look::Settled(holders) => self.close_with(&pending, &holders),
                         Look::Spawning(_) => Closing::Waiting(pending),
                     };
                 }
             }
         };
-        Closing::Done(self.decide(node, &d, verdict))
+        self.decide(node, &d, verdict)
     }
 
     /// Looks again at a waiting close: `None` while only spawned children hold the draft
@@ -480,13 +527,15 @@ impl Tree {
         }
         match self.look(p) {
             Look::Spawning(_) if !now && p.started.elapsed() < SPAWN_GRACE => None,
-            Look::Settled(holders) | Look::Spawning(holders) => Some(self.close_with(p, &holders)),
+            Look::Settled(holders) | Look::Spawning(holders) => {
+                Some(self.close_with(p, &holders).finish())
+            }
         }
     }
 
     /// The end of a close whose other holders are `holders`: the verdict, and what it
     /// decides.
-    fn close_with(&self, p: &PendingClose, holders: &[Holder]) -> Result<(), TreeError> {
+    fn close_with(&self, p: &PendingClose, holders: &[Holder]) -> Closing {
         if !holders.is_empty() {
             log::debug!(
                 "{}: close by {}: still held by {holders:?}; the last close sends it",
@@ -507,7 +556,21 @@ impl Tree {
     }
 
     /// Carries out `verdict` on draft `d`.
-    fn decide(&self, node: &Node, d: &Arc<Draft>, verdict: Verdict) -> Result<(), TreeError> {
+    fn decide(&self, node: &Node, d: &Arc<Draft>, verdict: Verdict) -> Closing {
+        match self.decide_now(node, d, verdict) {
+            Ok(Some(later)) => Closing::Later(later),
+            Ok(None) => Closing::Done(Ok(())),
+            Err(e) => Closing::Done(Err(e)),
+        }
+    }
+
+    /// [`Tree::decide`]: what is left to do off the request thread, if anything.
+    fn decide_now(
+        &self,
+        node: &Node,
+        d: &Arc<Draft>,
+        verdict: Verdict,
+    ) -> Result<Option<super::acts::Deferred>, TreeError> {
         let Some(deposits) = self.deposits.as_ref() else {
             return Err(TreeError::read_only(node.path()));
         };
@@ -515,12 +578,12 @@ impl Tree {
         // never deposit it twice.
         let mut st = d.state.lock();
         if !st.pending() {
-            return Ok(());
+            return Ok(None);
         }
         match verdict {
             Verdict::Wait => st
                 .refused()
-                .map_or(Ok(()), |why| Err(refused_error(node, why))),
+                .map_or(Ok(None), |why| Err(refused_error(node, why))),
             Verdict::Drop { pid, signal } => {
                 log::warn!(
                     "{}: not sent: process {pid}, which wrote to it, was killed by signal \
@@ -528,7 +591,7 @@ impl Tree {
                     node.path()
                 );
                 self.give_up(d, &mut st, Gone::Killed { pid, signal }, None);
-                Ok(())
+                Ok(None)
             }
             Verdict::Send => {
                 if let Some(why) = st.refused() {
@@ -544,15 +607,18 @@ impl Tree {
                 if st.buf().is_empty() {
                     log::info!("{}: not sent: closed with nothing written", node.path());
                     self.give_up(d, &mut st, Gone::Empty, None);
-                    return Ok(());
+                    return Ok(None);
                 }
                 if !st.dirty() {
-                    return Ok(());
+                    return Ok(None);
+                }
+                if d.agent == super::acts::NEW_DRAFTS {
+                    return self.start_later(node, d, &mut st).map(Some);
                 }
                 let sent = self.send(node, d, &mut st, deposits);
                 drop(st);
                 self.drafts.shed_aliases();
-                sent
+                sent.map(|()| None)
             }
         }
     }
@@ -602,11 +668,31 @@ impl Tree {
     /// content freed; its name resolvable for the alias grace. A killed writer's message
     /// is a `message-dropped` event, any other a `message-refused` one, with the reason
     /// (`detail`: the deposit's own error, for one refused at its close).
-    fn give_up(&self, d: &Draft, st: &mut DraftState, why: Gone, detail: Option<&DepositError>) {
+    pub(super) fn give_up(
+        &self,
+        d: &Draft,
+        st: &mut DraftState,
+        why: Gone,
+        detail: Option<&DepositError>,
+    ) {
         st.give_up(why);
         self.drafts.touch(&d.agent);
         let name = d.name();
         let name = name.to_string_lossy();
+        if d.agent == super::acts::NEW_DRAFTS {
+            let (word, reason) = match why {
+                Gone::Killed { pid, signal } => (
+                    "killed",
+                    format!("process {pid}, which wrote it, was killed by signal {signal}"),
+                ),
+                _ => refusal_words(why, detail),
+            };
+            let writer = super::Writer {
+                pid: st.hands.writers.last().map_or(0, |w| w.tid),
+                uid: st.owner.map_or(u32::MAX, |(uid, _)| uid),
+            };
+            return self.goal_given_up(&name, writer, word, &reason);
+        }
         match why {
             Gone::Killed { pid, signal } => {
                 self.views
@@ -677,7 +763,22 @@ impl Tree {
         if !draft.state.lock().released_writable() {
             return;
         }
-        match self.flush(node, None) {
+        // Not on this request thread: a start from `new/` waits for `litany prompt`.
+        let closing = match self.flush_start(node, None) {
+            Closing::Later(later) => {
+                let path = node.path();
+                later.run_elsewhere(path.clone(), move |r| {
+                    if let Err(e) = r {
+                        log::warn!("{e} (at release; the writer was not told)");
+                    } else {
+                        log::debug!("{path}: decided at release");
+                    }
+                });
+                return;
+            }
+            other => self.wait_out(other),
+        };
+        match closing {
             // Sent and its alias already forgotten: nothing was left to decide.
             Err(e) if matches!(e.kind, ErrorKind::NotFound) => {}
             Err(e) => log::warn!("{e} (at release; the writer was not told)"),
@@ -685,8 +786,15 @@ impl Tree {
         }
     }
 
-    /// `truncate`/`ftruncate` of a draft.
+    /// `truncate`/`ftruncate` of a draft (and of `ctl`, which a shell's `>` truncates:
+    /// nothing to do).
     pub(crate) fn set_size(&self, node: &Node, size: u64) -> Result<(), TreeError> {
+        if let Node::Act(a) = node
+            && matches!(**a, super::ActNode::Ctl { .. })
+            && !self.policy().read_only
+        {
+            return Ok(());
+        }
         let d = self.draft_of(node)?;
         let mut st = d.state.lock();
         if st.closed() {
@@ -750,7 +858,7 @@ impl Tree {
         let Some(d) = self.drafts.get(agent, name) else {
             return Err(self.refusal(&self.existing(parent, name)?));
         };
-        if newparent.inbox_agent() != Some(agent) {
+        if self.drafts_key(newparent) != Some(agent) {
             return Err(TreeError::new(
                 newparent.join(newname),
                 ErrorKind::CrossDevice,
@@ -772,7 +880,15 @@ impl Tree {
                 id: d.id,
                 name: newname.to_os_string(),
             });
-            self.flush(&node, None)?;
+            // A start from `new/` is carried out on a worker; the rename does not wait.
+            match self.flush_start(&node, None) {
+                Closing::Later(later) => later.run_elsewhere(node.path(), |r| {
+                    if let Err(e) = r {
+                        log::warn!("{e} (at a rename; the renamer was not told)");
+                    }
+                }),
+                other => self.wait_out(other)?,
+            }
         }
         Ok(())
     }

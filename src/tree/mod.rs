@@ -14,6 +14,7 @@
 //! | `agents/<id>/...`, `marks/<kind>/<id>`, `names/<Name>` | [`git`] | branches, marks, names |
 //! | `steps/<id>/latest`, `transcript.md`, `<NNN>/response.md` | [`records`] | an agent's records as text |
 //! | `status`, `status.json`, `events`, `events.ndjson` | [`views`] | every agent at a glance, what happened |
+//! | `steps/<id>/ctl`, `new/` | [`acts`] | commands to an agent; goals that start conversations |
 //!
 //! A path is parsed once into a typed [`Node`] (see [`node`]); each family's module
 //! answers every operation on its nodes, and this module only dispatches. Content is
@@ -21,6 +22,7 @@
 //! the refs snapshot) is keyed by what makes it stale, so the view is as live as the
 //! kernel's TTLs allow.
 
+mod acts;
 mod backing;
 mod capture;
 pub mod drafts;
@@ -33,11 +35,13 @@ mod node;
 mod records;
 mod views;
 
+pub use acts::{CTL, Deferred, NEW_DIR, Writer};
 pub(crate) use error::{ErrorKind, TreeError};
-pub(crate) use inbox::{Closing, PendingClose, SPAWN_POLL};
+pub(crate) use inbox::{Closing, PendingClose, SPAWN_POLL, Writing};
 pub(crate) use modes::{Modes, Owner};
 pub use node::{
-    Backed, Capture, DraftNode, GitNode, HomeNode, Node, Place, RecordView, TOP_LEVEL, ViewFile,
+    ActNode, Backed, Capture, DraftNode, GitNode, HomeNode, Node, Place, RecordView, TOP_LEVEL,
+    ViewFile,
 };
 pub use records::{DEFAULT_RECORDS_CACHE_BYTES, LATEST, RESPONSE_MD, TRANSCRIPT_MD, derived_from};
 
@@ -235,7 +239,7 @@ pub enum Content {
 
 /// What deposits through the mount need: the engine and who they come from.
 pub(crate) struct Deposits {
-    pub(crate) depositor: Depositor,
+    pub(crate) depositor: Arc<Depositor>,
     pub(crate) sender: String,
 }
 
@@ -243,7 +247,8 @@ pub(crate) struct Deposits {
 pub struct Tree {
     ws: Workspace,
     backing: Backing,
-    refs: Refs,
+    /// Shared with the workers of acts, which make it read the refs afresh after one.
+    refs: Arc<Refs>,
     born: SystemTime,
     /// What was last said about clashing names and unusable refs, so that each change
     /// is logged once rather than on every lookup.
@@ -304,6 +309,7 @@ impl Tree {
         let backing = Backing::open(ws.root())
             .map_err(|e| TreeError::io(ws.root().display().to_string(), e))?;
         let refs = Refs::open(&ws.repo_dir()).map_err(|e| TreeError::git("repo.git", e))?;
+        let refs = Arc::new(refs);
         Ok(Self {
             views: Views::new(ws.root(), None),
             ws,
@@ -513,6 +519,7 @@ impl Tree {
             Node::Draft(d) => self.draft_attr(node, d),
             Node::Record(v) => self.record_attr(node, v),
             Node::View(v) => Ok(self.view_attr(node, *v)),
+            Node::Act(a) => self.act_attr(node, a),
             // A home's own nodes are the home's to answer (crate::home).
             Node::Home(_) => Err(TreeError::not_found(node.path())),
         }
@@ -641,6 +648,7 @@ impl Tree {
             Node::Root => Node::top(name).ok_or_else(|| TreeError::not_found(parent.join(name))),
             Node::Backing(b) => self.backing_child(parent, b, name),
             Node::Git(g) => git::child(parent, g, name),
+            Node::Act(a) => self.act_child(parent, a, name),
             Node::Capture(_) | Node::Draft(_) | Node::Record(_) | Node::View(_) => {
                 Err(TreeError::new(parent.path(), ErrorKind::NotDir))
             }
@@ -682,6 +690,7 @@ impl Tree {
             Node::Root => Ok((self.list_root()?, None)),
             Node::Backing(b) => self.backing_list(node, b).map(|(c, dir)| (c, Some(dir))),
             Node::Git(g) => Ok((self.git_list(node, g)?, None)),
+            Node::Act(a) => Ok((self.act_list(node, a)?, None)),
             Node::Capture(_) | Node::Draft(_) | Node::Record(_) | Node::View(_) => {
                 Err(TreeError::new(node.path(), ErrorKind::NotDir))
             }
@@ -711,6 +720,16 @@ impl Tree {
         identity: &Identity,
         mode: OpenMode,
     ) -> Result<Opened, TreeError> {
+        if let Node::Act(a) = node {
+            // Made afresh at each open, and every write is a command: never cached.
+            return Ok(Opened {
+                content: self.act_open(node, a, matches!(mode, OpenMode::Write { .. }))?,
+                direct_io: true,
+                keep_cache: false,
+                no_flush: true,
+                passthrough: false,
+            });
+        }
         if let OpenMode::Write { truncate, by } = mode {
             // A draft changes under its own writes; never serve it from the cache. Its
             // every close is told to the tree.
@@ -776,6 +795,7 @@ impl Tree {
             }),
             Node::Record(v) => self.record_open(node, v),
             Node::View(v) => Ok(self.view_open(*v)),
+            Node::Act(a) => self.act_open(node, a, false),
             Node::Home(_) => Err(TreeError::not_found(node.path())),
         }
     }
@@ -928,5 +948,7 @@ fn is_single_name(name: &OsStr) -> bool {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_acts;
 #[cfg(test)]
 mod tests_live;

@@ -14,6 +14,7 @@
 //! | [`Node::Draft`] | a message being written in `inbox/<id>/` | [`super::inbox`] |
 //! | [`Node::Record`] | readable views of an agent's records (`steps/<id>/latest`) | [`super::records`] |
 //! | [`Node::View`] | `status`, `status.json`, `events`, `events.ndjson` at the root | [`super::views`] |
+//! | [`Node::Act`] | `steps/<id>/ctl` and `new/` | [`super::acts`] |
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -28,7 +29,7 @@ use std::os::unix::ffi::OsStrExt;
 
 /// The mount root's entries, in listing order: the workspace's own, then the views
 /// (none of which litany writes at a workspace root, CONTRACT §1.2).
-pub const TOP_LEVEL: [&str; 11] = [
+pub const TOP_LEVEL: [&str; 12] = [
     AGENTS_DIR,
     INBOX_DIR,
     MARKS_DIR,
@@ -40,6 +41,7 @@ pub const TOP_LEVEL: [&str; 11] = [
     EVENTS_NDJSON,
     ATTENTION,
     ATTENTION_JSON,
+    super::acts::NEW_DIR,
 ];
 
 /// A node of the view. The inode table keeps one for every entry the kernel holds, and
@@ -56,9 +58,20 @@ pub enum Node {
     Draft(Arc<DraftNode>),
     Record(Arc<RecordView>),
     View(ViewFile),
+    /// What acts on the workspace: an agent's `ctl`, `new/` ([`super::acts`]).
+    Act(Arc<ActNode>),
     /// A node of a home mount outside any one workspace's tree, or a node of one of its
     /// workspaces ([`crate::home`]). A workspace's tree never sees one.
     Home(Arc<HomeNode>),
+}
+
+/// The files through which the mount acts ([`super::acts`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ActNode {
+    /// `steps/<id>/ctl`: commands to agent `agent`.
+    Ctl { agent: String },
+    /// `new/`: goals of conversations being written (drafts, [`super::acts::NEW_DRAFTS`]).
+    NewDir,
 }
 
 /// What a home mount adds around its workspaces' trees ([`crate::home`]).
@@ -379,6 +392,7 @@ impl Node {
             EVENTS_NDJSON => Node::View(ViewFile::EventsNdjson),
             ATTENTION => Node::View(ViewFile::Attention),
             ATTENTION_JSON => Node::View(ViewFile::AttentionJson),
+            super::acts::NEW_DIR => Node::Act(Arc::new(ActNode::NewDir)),
             _ => return None,
         })
     }
@@ -403,6 +417,9 @@ impl Node {
                 Capture::Page(address) => address.to_string(),
                 Capture::Stream { record, stream } => format!("{}/{stream}", record.dir()),
             },
+            Node::Draft(d) if d.agent == super::acts::NEW_DRAFTS => {
+                format!("{}/{}", super::acts::NEW_DIR, d.name.to_string_lossy())
+            }
             Node::Draft(d) => format!("{INBOX_DIR}/{}/{}", d.agent, d.name.to_string_lossy()),
             Node::Record(v) => match &**v {
                 RecordView::Latest { agent } => {
@@ -416,6 +433,10 @@ impl Node {
                 }
             },
             Node::View(v) => v.name().into(),
+            Node::Act(a) => match &**a {
+                ActNode::Ctl { agent } => format!("{STEPS_DIR}/{agent}/{}", super::acts::CTL),
+                ActNode::NewDir => super::acts::NEW_DIR.into(),
+            },
             Node::Home(h) => match &**h {
                 HomeNode::Shelf(s) => (*s).into(),
                 HomeNode::In {

@@ -75,7 +75,8 @@ fn root_lists_the_workspace_layout() {
             "events",
             "events.ndjson",
             "attention",
-            "attention.json"
+            "attention.json",
+            "new"
         ]
     );
     assert!(matches!(
@@ -358,7 +359,7 @@ fn latest_links_to_the_highest_numbered_step_and_moves() {
     let (_t, f, tree) = setup(Flavour::Litany);
     assert_eq!(
         names(&tree, &format!("steps/{A}")),
-        ["001", "latest", "transcript.md"]
+        ["001", "latest", "transcript.md", "ctl"]
     );
     let (node, attr) = resolve(&tree, &format!("steps/{A}/latest")).unwrap();
     assert_eq!((attr.kind, attr.size), (Kind::Symlink, 3));
@@ -598,7 +599,7 @@ fn deposit_setup() -> (tempfile::TempDir, Fixture, Tree, std::path::PathBuf) {
     .unwrap();
     let tree = tree
         .with_deposits(Deposits {
-            depositor,
+            depositor: Arc::new(depositor),
             sender: "user".into(),
         })
         .with_witness(crate::witness::Witness::with_proc(&proc, MOUNT));

@@ -42,6 +42,9 @@ pub(crate) enum Kind {
     SignalRaised,
     /// It no longer does.
     SignalCleared,
+    /// An act through the mount: a command written to an agent's `ctl`, or a
+    /// conversation started from `new/`, with who wrote it and how it went.
+    Control,
 }
 
 impl Kind {
@@ -65,6 +68,7 @@ impl Kind {
             Kind::LogFull => "log-full",
             Kind::SignalRaised => "signal-raised",
             Kind::SignalCleared => "signal-cleared",
+            Kind::Control => "control",
         }
     }
 }
@@ -148,6 +152,11 @@ impl Event {
             Some(format!("{AGENTS_DIR}/{agent}")),
         )
         .with("parent", opt(parent))
+    }
+
+    /// The same `agent-created` event, naming who started the agent through `new/`.
+    pub(crate) fn started_by(self, pid: u32, uid: u32, comm: &str) -> Self {
+        self.with("pid", pid).with("uid", uid).with("comm", comm)
     }
 
     pub(crate) fn agent_deleted(at: i64, agent: &str) -> Self {
@@ -310,6 +319,29 @@ impl Event {
 
     pub(crate) fn signal_cleared(at: i64, agent: &str, kind: &str) -> Self {
         Self::new(at, Kind::SignalCleared, agent, None).with("signal", kind)
+    }
+
+    /// An act through the mount on `agent` (`command` as [`crate::control::Command`]
+    /// describes it, or `start`), by process `pid` (`comm`) of user `uid`: `result` is
+    /// `ok` or the errno's name, `detail` what litany said (a delete's census, a
+    /// refusal's sentence). `path` is the file written.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn control(
+        at: i64,
+        agent: &str,
+        path: &str,
+        command: &str,
+        (pid, uid, comm): (u32, u32, &str),
+        result: &str,
+        detail: &str,
+    ) -> Self {
+        Self::new(at, Kind::Control, agent, Some(path.to_string()))
+            .with("command", command)
+            .with("pid", pid)
+            .with("uid", uid)
+            .with("comm", comm)
+            .with("result", result)
+            .with("detail", detail)
     }
 
     /// The log stops here: it reached `cap` bytes.

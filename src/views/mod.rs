@@ -28,6 +28,7 @@ pub mod model;
 pub(crate) mod pool;
 pub(crate) mod prices;
 pub(crate) mod signal;
+pub(crate) mod starts;
 pub mod status;
 
 use std::path::Path;
@@ -159,6 +160,8 @@ pub(crate) struct Views {
     poked: Mutex<bool>,
     wake: Condvar,
     deposits: Mutex<Deposits>,
+    /// Conversations being started through this mount ([`starts`]).
+    starts: Mutex<starts::Starts>,
     /// What `status` is gathered with; a second concurrent `status` uses a fresh one.
     status_scanner: Mutex<Option<Scanner>>,
     /// The last names seen, for events the hooks make.
@@ -212,6 +215,7 @@ impl Views {
             poked: Mutex::new(false),
             wake: Condvar::new(),
             deposits: Mutex::new(Deposits::default()),
+            starts: Mutex::new(Default::default()),
             status_scanner: Mutex::new(None),
             names: Mutex::new(Default::default()),
             status_lens: Default::default(),
@@ -338,7 +342,7 @@ impl Views {
             | Kind::MarkCleared
             | Kind::LogFull => true,
             // Written through this mount, whose sender a confined mount is.
-            Kind::MessageDropped | Kind::MessageRefused => true,
+            Kind::MessageDropped | Kind::MessageRefused | Kind::Control => true,
             Kind::MessageDeposited | Kind::MessageDelivered => {
                 e.agent == *me || from == Some(me.as_str())
             }
@@ -361,6 +365,12 @@ impl Views {
 
     /// Logs live events, or keeps them until history is in.
     fn emit(&self, events: Vec<Event>) {
+        let events = self.starts.lock().pass(events);
+        self.log_now(events);
+    }
+
+    /// [`Views::emit`], past the starts' hold.
+    fn log_now(&self, events: Vec<Event>) {
         let events: Vec<Event> = events.into_iter().filter(|e| self.visible(e)).collect();
         if events.is_empty() {
             return;
@@ -451,6 +461,32 @@ impl Views {
     /// (one word) and `reason` (in words).
     pub(crate) fn refused(&self, recipient: &str, name: &str, why: &str, reason: &str) {
         let e = Event::message_refused(now_secs(), recipient, name, why, reason);
+        self.emit(vec![self.named(e)]);
+    }
+
+    /// A conversation is being started through this mount ([`starts`]).
+    pub(crate) fn starting(&self) {
+        self.starts.lock().begin();
+    }
+
+    /// The start [`Views::starting`] announced ended: with agent `id` started by
+    /// `who`, or none.
+    pub(crate) fn started(&self, started: Option<(&str, starts::Starter)>) {
+        let events = self.starts.lock().end(started);
+        self.log_now(events);
+    }
+
+    /// An act through the mount (see [`Event::control`]).
+    pub(crate) fn control(
+        &self,
+        agent: &str,
+        path: &str,
+        command: &str,
+        writer: (u32, u32, &str),
+        result: &str,
+        detail: &str,
+    ) {
+        let e = Event::control(now_secs(), agent, path, command, writer, result, detail);
         self.emit(vec![self.named(e)]);
     }
 
