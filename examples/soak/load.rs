@@ -96,6 +96,8 @@ pub struct Shared {
     /// `(seconds, generation, KiB)`.
     pub rss: Mutex<Vec<(f64, u64, u64)>>,
     pub acts: AtomicU64,
+    /// Set to have the tails close what they hold open (on a daemon that is going).
+    pub close_tails: AtomicBool,
     pub faults: Mutex<Vec<(f64, String)>>,
     /// Children to reap at the end (restarted drivers).
     pub children: Mutex<Vec<Child>>,
@@ -478,6 +480,9 @@ pub fn tails(s: Arc<Shared>) {
         *running = keep;
     };
     while !s.stopped() {
+        if s.close_tails.swap(false, Ordering::SeqCst) {
+            finish(&mut running, &|_| true);
+        }
         let g = s.mount.generation();
         if g != generation && world::is_mounted(s.mnt()) {
             finish(&mut running, &|_| true);
@@ -489,7 +494,10 @@ pub fn tails(s: Arc<Shared>) {
         }
         // The records' tails start again every 15 s: the response follows `latest` from
         // step to step, and each run ends with a look at what the file then holds.
-        if records_at.elapsed() > Duration::from_secs(15) && world::is_mounted(s.mnt()) {
+        if records_at.elapsed() > Duration::from_secs(15)
+            && world::is_mounted(s.mnt())
+            && g == generation
+        {
             finish(&mut running, &|t| t.what != "events");
             let response = format!("{}/steps/{agent}/latest/response.md", ws.name);
             let transcript = format!("{}/steps/{agent}/transcript.md", ws.name);
