@@ -96,8 +96,6 @@ pub struct Shared {
     /// `(seconds, generation, KiB)`.
     pub rss: Mutex<Vec<(f64, u64, u64)>>,
     pub acts: AtomicU64,
-    /// Set to have the tails close what they hold open (on a daemon that is going).
-    pub close_tails: AtomicBool,
     pub faults: Mutex<Vec<(f64, String)>>,
     /// Children to reap at the end (restarted drivers).
     pub children: Mutex<Vec<Child>>,
@@ -480,9 +478,6 @@ pub fn tails(s: Arc<Shared>) {
         *running = keep;
     };
     while !s.stopped() {
-        if s.close_tails.swap(false, Ordering::SeqCst) {
-            finish(&mut running, &|_| true);
-        }
         let g = s.mount.generation();
         if g != generation && world::is_mounted(s.mnt()) {
             finish(&mut running, &|_| true);

@@ -154,7 +154,6 @@ fn soak(o: &Options) -> Result<bool, String> {
         live: Mutex::new(Vec::new()),
         rss: Mutex::new(Vec::new()),
         acts: AtomicU64::new(0),
-        close_tails: AtomicBool::new(false),
         faults: Mutex::new(Vec::new()),
         children: Mutex::new(Vec::new()),
     });
@@ -386,20 +385,19 @@ fn faults(s: &Arc<Shared>, d: Duration, checks: &mut Vec<Check>) -> Result<(), S
         "SIGTERM of the daemon (it detached its mount); inotify max_queued_events {} -> 16",
         lowered.was
     ));
-    // The old daemon serves what is open on it until that is closed, and then, ending,
-    // unmounts its mount point again: a mount made there meanwhile would be the one to go
-    // (fuser's session unmounts by path; doc/TESTING.md#the-soak). So the tails close
-    // their files and the old daemon ends before the new mount, as an upgrade must do
-    // today.
-    s.close_tails.store(true, Ordering::SeqCst);
-    let ended = world::wait_until(Duration::from_secs(20), || !world::alive(old));
-    checks.push(Check {
-        name: "the daemon ended after SIGTERM once its open files were closed",
-        ok: ended,
-        detail: format!("pid {old}"),
-    });
+    // An upgrade mounts again at once. The old daemon serves what is still open on it
+    // (the tails, restarted on the new mount) and then ends, leaving the new mount alone.
     s.mount.mount()?;
     s.fault("remounted (upgrade)".into());
+    let generation = s.mount.generation();
+    let ended = world::wait_until(Duration::from_secs(20), || !world::alive(old));
+    std::thread::sleep(Duration::from_millis(500));
+    let kept = world::is_mounted(&s.mount.mnt) && s.mount.generation() == generation;
+    checks.push(Check {
+        name: "the SIGTERMed daemon ended once its files were closed, and left the new mount",
+        ok: ended && kept,
+        detail: format!("pid {old}: ended {ended}, the new mount still there {kept}"),
+    });
     std::thread::sleep(hold);
     drop(lowered);
     s.fault("inotify max_queued_events put back".into());
