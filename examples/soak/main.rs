@@ -221,9 +221,16 @@ fn soak(o: &Options) -> Result<bool, String> {
     let reads = s.reads.lock();
     let status = s.status_reads.lock();
     let longest = reads.max().max(status.max());
+    // Quick (CI, on a shared machine, a minute or so per daemon): past 5 s is a hang;
+    // the full run holds every call to the 1 s.
+    let limit = if o.quick { 5.0 } else { 1.0 };
     all.push(Check {
-        name: "no reader call took 1 s or more",
-        ok: longest < 1.0,
+        name: if o.quick {
+            "no reader call took 5 s or more (quick; the full run holds to 1 s)"
+        } else {
+            "no reader call took 1 s or more"
+        },
+        ok: longest < limit,
         detail: format!(
             "{} calls, longest {longest:.3} s, {} over 1 s; slowest: {:?}",
             reads.calls + status.calls,
