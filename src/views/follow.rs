@@ -188,19 +188,16 @@ fn deposits_and_deliveries(
             out.push(Event::message_deposited(at, id, &p.sender, file, false));
         }
     }
-    // Deliveries: transcript commits between the old tip and the new.
-    if let Some(b) = before
-        && b.tip != a.tip
-    {
-        out.extend(deliveries(
-            scanner,
-            id,
-            a.tip,
-            Some(b.tip),
-            DELIVERY_WALK,
-            |_| at,
-        ));
-    }
+    // Deliveries: transcript commits between the old tip and the new; on a branch seen
+    // for the first time, every one of its own it already holds (a child's first entry
+    // is committed in the second of its dispatch, before a look may see the branch; the
+    // parent's entries it inherits name the parent and are not its deliveries).
+    let since = match before {
+        Some(b) if b.tip != a.tip => Some(b.tip),
+        Some(_) => return,
+        None => None,
+    };
+    out.extend(deliveries(scanner, id, a.tip, since, DELIVERY_WALK, |_| at));
 }
 
 /// The messages delivered to `id` on its branch from `tip` back to `stop` (or `limit`
@@ -742,5 +739,52 @@ mod tests {
             k.contains(&("bad-record", "steps/r1/001/tools/t2".into())),
             "{k:?}"
         );
+    }
+
+    #[test]
+    fn a_branch_first_seen_with_its_own_delivery_tells_it() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent("p1", None, &[]).unwrap();
+        let mut s = Scanner::new(f.root()).unwrap();
+        let mut never = |_: &str, _: &str, _: u64| false;
+        let m0 = s.scan();
+        // A child dispatched and its first entry committed between two looks; the branch
+        // also holds an entry of its parent's, which is no delivery to the child.
+        let child = "p1-c1";
+        f.agent(child, None, &[]).unwrap();
+        let tree = f.tree(&[("messages/001-user.md", b"a")]).unwrap();
+        f.commit(
+            &format!("refs/heads/agents/{child}"),
+            tree,
+            "transcript 001: user [p1]",
+        )
+        .unwrap();
+        let tree = f
+            .tree(&[
+                ("messages/001-user.md", b"a"),
+                ("messages/002-p1.md", b"go"),
+            ])
+            .unwrap();
+        f.commit(
+            &format!("refs/heads/agents/{child}"),
+            tree,
+            "transcript 002: p1 [p1-c1]",
+        )
+        .unwrap();
+        let m1 = s.scan();
+        let k = kinds(&diff(&m0, &m1, &mut s, &mut never));
+        assert_eq!(
+            k.iter()
+                .filter(|(kind, _)| *kind == "message-delivered")
+                .collect::<Vec<_>>(),
+            vec![&(
+                "message-delivered",
+                "agents/p1-c1/messages/002-p1.md".to_string()
+            )],
+            "{k:?}"
+        );
+        let m2 = s.scan();
+        assert!(kinds(&diff(&m1, &m2, &mut s, &mut never)).is_empty());
     }
 }
