@@ -858,7 +858,6 @@ fn serve(
         }));
     }
     // A home's trees opened from now on start their own; none was opened before.
-    let ready_fs = handle.clone();
     let _ = started.set((handle, notifier));
     let pipe = ready.take();
     let watched = mnt.clone();
@@ -868,7 +867,7 @@ fn serve(
         .name("ready".into())
         .spawn(move || match wait_until_mounted(&watched, before_dev) {
             Ok(()) => {
-                ready_fs.mounted_at(&watched);
+                process::mounted_at(&watched);
                 log::info!("{}: mounted and answering", watched.display());
                 if let Some(mut p) = pipe {
                     let _ = writeln!(p, "{READY_LINE}");

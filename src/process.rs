@@ -114,12 +114,24 @@ fn umount2(mnt: &Path, flags: libc::c_int) -> std::io::Result<()> {
     }
 }
 
-/// Ends the process when the mount point `mnt` now shows a filesystem other than device
-/// `dev` (its top mount in `/proc/self/mountinfo` is another's: read from there, never by
-/// a `stat`, which a session that has ended would never answer), before fuser unmounts
-/// the mount point by path and so that one.
-pub(crate) fn exit_if_replaced(mnt: &Path, dev: u64) {
-    if replaced(mnt, dev) {
+/// Where this daemon's mount answers and its device, once it does: one mount a process.
+static MOUNTED: std::sync::OnceLock<(std::path::PathBuf, u64)> = std::sync::OnceLock::new();
+
+/// Notes that the mount answers at `mnt` (for [`exit_if_replaced`]).
+pub(crate) fn mounted_at(mnt: &Path) {
+    if let Ok(m) = std::fs::metadata(mnt) {
+        let _ = MOUNTED.set((mnt.to_path_buf(), std::os::unix::fs::MetadataExt::dev(&m)));
+    }
+}
+
+/// At the end of the session: ends the process when the mount point now shows a
+/// filesystem other than this daemon's (its top mount in `/proc/self/mountinfo` is
+/// another's: read from there, never by a `stat`, which a session that has ended would
+/// never answer), before fuser unmounts the mount point by path and so that one.
+pub(crate) fn exit_if_replaced() {
+    if let Some((mnt, dev)) = MOUNTED.get()
+        && replaced(mnt, *dev)
+    {
         log::info!(
             "{}: unmounted; exiting (what is mounted there now stays)",
             mnt.display()

@@ -70,8 +70,6 @@ pub struct State {
     spawn_waits: Arc<AtomicUsize>,
     uid: u32,
     gid: u32,
-    /// Where the mount answers and its device, once it does ([`State::mounted_at`]).
-    mounted: std::sync::OnceLock<(std::path::PathBuf, u64)>,
 }
 
 /// The adapter; a clone is another handle on the same state.
@@ -146,15 +144,8 @@ impl Fs {
                 spawn_waits: Arc::new(AtomicUsize::new(0)),
                 uid,
                 gid,
-                mounted: std::sync::OnceLock::new(),
             }),
         }
-    }
-
-    /// Notes that the mount answers at `mnt`, and its device (for [`Filesystem::destroy`]).
-    pub fn mounted_at(&self, mnt: &std::path::Path) {
-        let dev = std::fs::metadata(mnt).map(|m| std::os::unix::fs::MetadataExt::dev(&m));
-        let _ = dev.map(|d| self.mounted.set((mnt.to_path_buf(), d)));
     }
 
     /// Workspace `ws` of a home has gone: the kernel forgets its entry and every inode
@@ -353,9 +344,7 @@ impl Filesystem for Fs {
     /// The session ended; fuser unmounts the mount point next, by path. If another mount
     /// is there now (ours was detached and one made since), end here so that it stays.
     fn destroy(&mut self) {
-        if let Some((mnt, dev)) = self.mounted.get() {
-            crate::process::exit_if_replaced(mnt, *dev);
-        }
+        crate::process::exit_if_replaced();
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
