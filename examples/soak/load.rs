@@ -78,7 +78,7 @@ pub struct Shared {
     pub dir: PathBuf,
     pub start: Instant,
     pub stop: AtomicBool,
-    /// Acts (stop, nudge) go through `steps/<id>/ctl` instead of the CLI.
+    /// Acts (stop, nudge) go through `steps/<id>/ctl` (else `litany stop` and `advance`).
     pub ctl: bool,
     pub quick: bool,
     pub seed: u64,
@@ -523,8 +523,8 @@ pub fn sampler(s: Arc<Shared>) {
 }
 
 /// Stops a random agent and starts it again a few seconds later: through
-/// `steps/<id>/ctl` with `--ctl` (issue 34's control files), else with `litany stop` and
-/// `litany advance`.
+/// `steps/<id>/ctl` (`stop`, then `nudge`, which is `EBUSY` when mail has woken it
+/// already), or with `--cli` through `litany stop` and `litany advance`.
 pub fn actor(s: Arc<Shared>) {
     let mut rng = Rng::new(s.seed ^ 0xac7);
     let period = if s.quick { 20 } else { 45 };
@@ -542,7 +542,10 @@ pub fn actor(s: Arc<Shared>) {
         };
         s.nap(Duration::from_secs(3));
         let restarted = if s.ctl {
-            std::fs::write(&ctl, "nudge\n").is_ok()
+            match std::fs::write(&ctl, "nudge\n") {
+                Ok(()) => true,
+                Err(e) => e.raw_os_error() == Some(libc::EBUSY),
+            }
         } else {
             match s
                 .home

@@ -36,7 +36,7 @@ fn options() -> Result<Options, String> {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1),
-        ctl: false,
+        ctl: true,
         keep: false,
     };
     let mut args = std::env::args().skip(1);
@@ -58,11 +58,11 @@ fn options() -> Result<Options, String> {
                     .and_then(|v| v.parse().ok())
                     .ok_or("--seed needs a number")?
             }
-            "--ctl" => o.ctl = true,
+            "--cli" => o.ctl = false,
             "--keep" => o.keep = true,
             _ => {
                 return Err(format!(
-                    "unknown argument {a:?} (--quick, --minutes N, --seed N, --ctl, --keep)"
+                    "unknown argument {a:?} (--quick, --minutes N, --seed N, --cli, --keep)"
                 ));
             }
         }
