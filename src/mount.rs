@@ -867,6 +867,7 @@ fn serve(
         .name("ready".into())
         .spawn(move || match wait_until_mounted(&watched, before_dev) {
             Ok(()) => {
+                process::mounted_at(&watched);
                 log::info!("{}: mounted and answering", watched.display());
                 if let Some(mut p) = pipe {
                     let _ = writeln!(p, "{READY_LINE}");

@@ -113,3 +113,46 @@ fn umount2(mnt: &Path, flags: libc::c_int) -> std::io::Result<()> {
         Err(std::io::Error::last_os_error())
     }
 }
+
+/// Where this daemon's mount answers and its device, once it does: one mount a process.
+static MOUNTED: std::sync::OnceLock<(std::path::PathBuf, u64)> = std::sync::OnceLock::new();
+
+/// Notes that the mount answers at `mnt` (for [`exit_if_replaced`]).
+pub(crate) fn mounted_at(mnt: &Path) {
+    if let Ok(m) = std::fs::metadata(mnt) {
+        let _ = MOUNTED.set((mnt.to_path_buf(), std::os::unix::fs::MetadataExt::dev(&m)));
+    }
+}
+
+/// At the end of the session: ends the process when the mount point now shows a
+/// filesystem other than this daemon's (its top mount in `/proc/self/mountinfo` is
+/// another's: read from there, never by a `stat`, which a session that has ended would
+/// never answer), before fuser unmounts the mount point by path and so that one.
+pub(crate) fn exit_if_replaced() {
+    if let Some((mnt, dev)) = MOUNTED.get()
+        && replaced(mnt, *dev)
+    {
+        log::info!(
+            "{}: unmounted; exiting (what is mounted there now stays)",
+            mnt.display()
+        );
+        std::process::exit(0);
+    }
+}
+
+fn replaced(mnt: &Path, dev: u64) -> bool {
+    let mut point = String::new();
+    for c in mnt.to_string_lossy().chars() {
+        match c {
+            ' ' | '\t' | '\n' | '\\' => point.push_str(&format!("\\{:03o}", c as u32)),
+            c => point.push(c),
+        }
+    }
+    let ours = format!("{}:{}", libc::major(dev), libc::minor(dev));
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let top = info
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .rfind(|f| f.get(4) == Some(&point.as_str()));
+    top.is_some_and(|f| f.get(2) != Some(&ours.as_str()))
+}

@@ -739,6 +739,48 @@ fn every_change_is_refused_with_erofs() {
     );
 }
 
+/// An upgrade: SIGTERM while a file is open detaches the mount lazily, and the old daemon
+/// serves that file until it is closed; a new daemon mounts at the same point meanwhile.
+/// When the old one ends, the new mount stays (fuser unmounted the mount point by path).
+#[test]
+fn a_sigtermed_daemon_ending_leaves_the_mount_made_after_it() {
+    let w = workspace(Flavour::Litany);
+    let m = Mounted::new(w.f.root());
+    let pid = m.daemon_pid().expect("daemon pid");
+    let held = std::fs::File::open(m.path("status")).expect("open status");
+    // SAFETY: signalling the daemon this test started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert!(
+        eventually(Duration::from_secs(5), || !is_mounted(&m.mnt)),
+        "still mounted after SIGTERM"
+    );
+    assert!(alive(pid), "the old daemon serves the file still open");
+    let out = litanyfs(&[
+        "mount".as_ref(),
+        w.f.root().as_os_str(),
+        m.mnt.as_os_str(),
+        "--log-file".as_ref(),
+        m.log.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(held);
+    assert!(
+        eventually(Duration::from_secs(5), || !alive(pid)),
+        "the old daemon outlived its last file"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        is_mounted(&m.mnt),
+        "the old daemon unmounted the new mount\n{}",
+        m.log_text()
+    );
+    assert!(std::fs::read(m.path("status")).is_ok(), "{}", m.log_text());
+}
+
 #[test]
 fn sigterm_unmounts_and_sigkill_leaves_a_mount_the_next_mount_heals() {
     let w = workspace(Flavour::Litany);

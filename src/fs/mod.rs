@@ -345,6 +345,12 @@ impl State {
 }
 
 impl Filesystem for Fs {
+    /// The session ended; fuser unmounts the mount point next, by path. If another mount
+    /// is there now (ours was detached and one made since), end here so that it stays.
+    fn destroy(&mut self) {
+        crate::process::exit_if_replaced();
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         for flag in WANTED {
             if let Err(missing) = config.add_capabilities(flag) {

@@ -114,7 +114,7 @@ pub fn litany() -> Option<PathBuf> {
 }
 
 /// The lookup behind [`litany`], once per process: the binary or why there is none.
-pub(crate) fn litany_lookup() -> Result<PathBuf, String> {
+pub fn litany_lookup() -> Result<PathBuf, String> {
     static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     FOUND.get_or_init(find_litany).clone()
 }

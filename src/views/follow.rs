@@ -188,19 +188,16 @@ fn deposits_and_deliveries(
             out.push(Event::message_deposited(at, id, &p.sender, file, false));
         }
     }
-    // Deliveries: transcript commits between the old tip and the new.
-    if let Some(b) = before
-        && b.tip != a.tip
-    {
-        out.extend(deliveries(
-            scanner,
-            id,
-            a.tip,
-            Some(b.tip),
-            DELIVERY_WALK,
-            |_| at,
-        ));
-    }
+    // Deliveries: transcript commits between the old tip and the new; on a branch seen
+    // for the first time, every one of its own it already holds (a child's first entry
+    // is committed in the second of its dispatch, before a look may see the branch; the
+    // parent's entries it inherits name the parent and are not its deliveries).
+    let since = match before {
+        Some(b) if b.tip != a.tip => Some(b.tip),
+        Some(_) => return,
+        None => None,
+    };
+    out.extend(deliveries(scanner, id, a.tip, since, DELIVERY_WALK, |_| at));
 }
 
 /// The messages delivered to `id` on its branch from `tip` back to `stop` (or `limit`
@@ -270,8 +267,8 @@ pub(crate) fn step(
         out.push(Event::step_started(at, id, dir));
     }
     for (t, tool) in &s.tools {
-        let was = old.and_then(|(o, _, _)| Some((o.tools.get(t)?, o)));
-        tool_events(id, dir, t, was, (tool, s), at, out);
+        let was = old.and_then(|(o, l, r)| Some((o.tools.get(t)?, o, l && r)));
+        tool_events(id, dir, t, was, (tool, s, latest && running), at, out);
     }
     let old_odd: BTreeSet<&String> = old
         .map(|(o, _, _)| o.odd_tools.iter().collect())
@@ -317,10 +314,13 @@ pub(crate) fn step(
 }
 
 /// Why a tool record is bad, once that is settled: no or an unreadable `input.json` is
-/// only odd once the tool or its step has finished (before, it may be on its way, written
-/// via `input.json.tmp`).
-fn input_bad<'a>(tool: &'a Tool, step: &Step) -> Option<&'a str> {
-    let settled = tool.output.is_some() || !matches!(step.meta, Meta::Missing);
+/// only odd once the tool has finished, or its step has and no executor works on it any
+/// more (`live`: the latest step of a running agent). litany writes `meta.json` when the
+/// model call ends and only then makes each tool's directory and its `input.json` (via
+/// `input.json.tmp`), so a look between the two finds a finished step with a tool
+/// directory and no input yet.
+fn input_bad<'a>(tool: &'a Tool, step: &Step, live: bool) -> Option<&'a str> {
+    let settled = tool.output.is_some() || (!matches!(step.meta, Meta::Missing) && !live);
     match &tool.input {
         Err(why) if settled => Some(why),
         _ => None,
@@ -331,21 +331,23 @@ fn tool_events(
     id: &str,
     dir: &str,
     t: &str,
-    old: Option<(&Tool, &Step)>,
-    (tool, s): (&Tool, &Step),
+    old: Option<(&Tool, &Step, bool)>,
+    (tool, s, live): (&Tool, &Step, bool),
     at: i64,
     out: &mut Vec<Event>,
 ) {
     let path = format!("{}/{id}/{dir}/tools/{t}", crate::workspace::STEPS_DIR);
-    if let (Ok((name, summary)), false) = (&tool.input, old.is_some_and(|(o, _)| o.input.is_ok())) {
+    if let (Ok((name, summary)), false) =
+        (&tool.input, old.is_some_and(|(o, _, _)| o.input.is_ok()))
+    {
         out.push(Event::tool_started(at, id, dir, t, name, summary));
     }
-    if let Some(why) = input_bad(tool, s)
-        && old.is_none_or(|(o, os)| input_bad(o, os).is_none())
+    if let Some(why) = input_bad(tool, s, live)
+        && old.is_none_or(|(o, os, ol)| input_bad(o, os, ol).is_none())
     {
         out.push(Event::bad_record(at, id, &path, why));
     }
-    match (&tool.output, old.and_then(|(o, _)| o.output.as_ref())) {
+    match (&tool.output, old.and_then(|(o, _, _)| o.output.as_ref())) {
         (Some(Ok(o)), None | Some(Err(_))) => out.push(Event::tool_finished(
             at,
             id,
@@ -681,6 +683,105 @@ mod tests {
         );
         assert!(
             k.contains(&("bad-record", "steps/r1/001/meta.json".into())),
+            "{k:?}"
+        );
+        let m2 = s.scan();
+        assert!(kinds(&diff(&m1, &m2, &mut s, &mut never)).is_empty());
+    }
+
+    #[test]
+    fn a_tool_on_its_way_after_its_step_ended_is_not_a_bad_record() {
+        // litany writes meta.json when the model call ends, then makes each tool's
+        // directory and writes its input.json: a look in between sees a finished step
+        // with a tool directory and no input yet.
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent("r1", None, &[]).unwrap();
+        std::fs::create_dir_all(f.inbox("r1")).unwrap();
+        let lock = std::fs::File::open(f.inbox("r1")).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid descriptor; the executor's lock, held by this test.
+        assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+        let mut s = Scanner::new(f.root()).unwrap();
+        let mut never = |_: &str, _: &str, _: u64| false;
+        let m0 = s.scan();
+        f.step("r1", 1, &[("request.json", b"{}"), ("meta.json", b"{}")])
+            .unwrap();
+        let tools = f.root().join("steps/r1/001/tools");
+        std::fs::create_dir_all(tools.join("t1")).unwrap();
+        let m1 = s.scan();
+        let k = kinds(&diff(&m0, &m1, &mut s, &mut never));
+        assert!(!k.iter().any(|(kind, _)| *kind == "bad-record"), "{k:?}");
+        // Its input comes: the tool started, and nothing was bad.
+        f.step(
+            "r1",
+            1,
+            &[(
+                "tools/t1/input.json",
+                br#"{"id":"t1","name":"bash","input":{"command":"ls"}}"#,
+            )],
+        )
+        .unwrap();
+        let m2 = s.scan();
+        assert_eq!(
+            kinds(&diff(&m1, &m2, &mut s, &mut never)),
+            vec![("tool-started", "steps/r1/001/tools/t1/input.json".into())]
+        );
+        // A tool that never gets one is bad once no executor works on the step.
+        std::fs::create_dir_all(tools.join("t2")).unwrap();
+        let m3 = s.scan();
+        let k = kinds(&diff(&m2, &m3, &mut s, &mut never));
+        assert!(!k.iter().any(|(kind, _)| *kind == "bad-record"), "{k:?}");
+        drop(lock);
+        let m4 = s.scan();
+        let k = kinds(&diff(&m3, &m4, &mut s, &mut never));
+        assert!(
+            k.contains(&("bad-record", "steps/r1/001/tools/t2".into())),
+            "{k:?}"
+        );
+    }
+
+    #[test]
+    fn a_branch_first_seen_with_its_own_delivery_tells_it() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent("p1", None, &[]).unwrap();
+        let mut s = Scanner::new(f.root()).unwrap();
+        let mut never = |_: &str, _: &str, _: u64| false;
+        let m0 = s.scan();
+        // A child dispatched and its first entry committed between two looks; the branch
+        // also holds an entry of its parent's, which is no delivery to the child.
+        let child = "p1-c1";
+        f.agent(child, None, &[]).unwrap();
+        let tree = f.tree(&[("messages/001-user.md", b"a")]).unwrap();
+        f.commit(
+            &format!("refs/heads/agents/{child}"),
+            tree,
+            "transcript 001: user [p1]",
+        )
+        .unwrap();
+        let tree = f
+            .tree(&[
+                ("messages/001-user.md", b"a"),
+                ("messages/002-p1.md", b"go"),
+            ])
+            .unwrap();
+        f.commit(
+            &format!("refs/heads/agents/{child}"),
+            tree,
+            "transcript 002: p1 [p1-c1]",
+        )
+        .unwrap();
+        let m1 = s.scan();
+        let k = kinds(&diff(&m0, &m1, &mut s, &mut never));
+        assert_eq!(
+            k.iter()
+                .filter(|(kind, _)| *kind == "message-delivered")
+                .collect::<Vec<_>>(),
+            vec![&(
+                "message-delivered",
+                "agents/p1-c1/messages/002-p1.md".to_string()
+            )],
             "{k:?}"
         );
         let m2 = s.scan();

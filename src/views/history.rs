@@ -101,8 +101,10 @@ pub(crate) fn reconstruct(m0: &Model, scanner: &mut Scanner, max: usize) -> Vec<
     }
     for (id, a) in &m0.agents {
         branch(scanner, id, a.tip, &mut out);
-        // Steps, newest first, until the newest `max` of this agent alone are found.
+        // Steps, newest first, until the newest `max` of this agent alone are found; then
+        // told oldest first, so that steps within one second keep their order.
         let mut found = 0;
+        let mut batches = Vec::new();
         for (n, dir) in a.steps.iter().rev() {
             let latest = a.latest.as_ref().filter(|l| l.number == *n);
             let read;
@@ -116,13 +118,16 @@ pub(crate) fn reconstruct(m0: &Model, scanner: &mut Scanner, max: usize) -> Vec<
             let mut evs = Vec::new();
             follow::step(id, None, s, latest.is_some(), a.running, 0, &mut evs);
             found += evs.len();
-            for mut e in evs {
-                e.at = time_of(&e, s);
-                out.push(e);
+            for e in &mut evs {
+                e.at = time_of(e, s);
             }
+            batches.push(evs);
             if found >= max {
                 break;
             }
+        }
+        for e in batches.into_iter().rev().flatten() {
+            out.push(e);
         }
         for ((file, _), p) in &a.pending {
             let at = p.deposited_at.unwrap_or(p.mtime);
@@ -319,5 +324,30 @@ mod tests {
                 .all(|e| matches!(e.kind, Kind::SignalRaised | Kind::SignalCleared)),
             "{live:?}"
         );
+    }
+
+    #[test]
+    fn steps_within_one_second_are_told_in_their_order() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent("r1", None, &[]).unwrap();
+        let meta = br#"{"started_at":"2026-12-02T09:42:30Z","ended_at":"2026-12-02T09:42:30Z"}"#;
+        for n in 1..=3 {
+            f.step("r1", n, &[("meta.json", meta)]).unwrap();
+        }
+        let m0 = Scanner::new(f.root()).unwrap().scan();
+        let mut h = Scanner::new(f.root()).unwrap();
+        let got: Vec<(String, &str)> = reconstruct(&m0, &mut h, HISTORY_MAX_EVENTS)
+            .iter()
+            .filter(|e| e.kind != Kind::AgentCreated)
+            .map(|e| (e.path.clone().unwrap_or_default(), e.kind.as_str()))
+            .collect();
+        let want: Vec<(String, &str)> = (1..=3)
+            .flat_map(|n| {
+                let p = format!("steps/r1/{n:03}");
+                [(p.clone(), "step-started"), (p, "step-finished")]
+            })
+            .collect();
+        assert_eq!(got, want);
     }
 }

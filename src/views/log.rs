@@ -15,6 +15,10 @@
 //!   writes one last `log-full` event instead (room for it is reserved), logs a warning,
 //!   and every later event is dropped (counted, not stored). Nothing written is ever
 //!   removed, so `tail -f` never sees a line twice.
+//! - **A full disk loses nothing it can keep.** A write that fails (`ENOSPC` in a small
+//!   `TMPDIR`) publishes nothing; the event waits in memory, with every later one behind
+//!   it (at most [`MAX_WAITING`]; past that, new events are dropped and counted), and
+//!   each append tries again first, so once there is room the log goes on, in order.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -29,6 +33,8 @@ use super::event::Event;
 pub(crate) const MAX_LOG_BYTES: u64 = 1 << 30;
 /// Room kept below the cap for the final `log-full` line.
 const FULL_RESERVE: u64 = 4096;
+/// The most events kept in memory while the files cannot be written.
+pub(crate) const MAX_WAITING: usize = 10_000;
 
 /// Which rendering a reader reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -45,6 +51,8 @@ struct Files {
     /// The cap was reached; nothing more is stored.
     full: bool,
     dropped: u64,
+    /// Events a failed write left unwritten, oldest first (module docs).
+    waiting: std::collections::VecDeque<Event>,
 }
 
 /// The log (module docs).
@@ -70,6 +78,7 @@ impl EventLog {
                 ndjson,
                 full: false,
                 dropped: 0,
+                waiting: Default::default(),
             }),
             (Err(e), _) | (_, Err(e)) => {
                 log::warn!(
@@ -104,59 +113,84 @@ impl EventLog {
         self.len(Rendering::Text) == 0
     }
 
-    /// Appends `events` in order (module docs).
+    /// Appends `events` in order, after any that wait for room (module docs).
     pub(crate) fn append(&self, events: &[Event]) {
         let mut guard = self.files.lock();
         let Some(files) = guard.as_mut() else {
             return;
         };
-        for e in events {
-            if files.full {
-                files.dropped += 1;
-                continue;
-            }
-            let text = e.line();
-            let json = e.ndjson();
-            let (t, j) = (self.len(Rendering::Text), self.len(Rendering::Ndjson));
-            let over = |at: u64, add: usize| at + add as u64 > self.cap - FULL_RESERVE;
-            if over(t, text.len()) || over(j, json.len()) {
-                let last = Event::log_full(e.at, self.cap);
-                log::warn!(
-                    "events: the log reached {} bytes; later events are not stored",
-                    self.cap
-                );
-                files.full = true;
-                files.dropped += 1;
-                self.write(files, &last.line(), &last.ndjson());
-                continue;
-            }
-            self.write(files, &text, &json);
+        let waited = std::mem::take(&mut files.waiting);
+        let late = waited.len();
+        for e in waited.iter().chain(events) {
+            self.store(files, e);
+        }
+        if late > 0 && files.waiting.is_empty() {
+            log::info!("events: the log is written again; {late} events waited for room");
         }
     }
 
-    /// Writes one event's two lines at the ends of the files, then publishes both lengths.
-    fn write(&self, files: &mut Files, text: &str, json: &str) {
+    /// Stores one event, or keeps it waiting behind a failed write.
+    fn store(&self, files: &mut Files, e: &Event) {
+        if files.full {
+            files.dropped += 1;
+            return;
+        }
+        if !files.waiting.is_empty() {
+            Self::wait(files, e);
+            return;
+        }
+        let text = e.line();
+        let json = e.ndjson();
         let (t, j) = (self.len(Rendering::Text), self.len(Rendering::Ndjson));
-        let written = files
-            .text
-            .write_all_at(text.as_bytes(), t)
-            .and_then(|()| files.ndjson.write_all_at(json.as_bytes(), j));
-        match written {
-            Ok(()) => {
-                self.text_len
-                    .store(t + text.len() as u64, Ordering::Release);
-                self.ndjson_len
-                    .store(j + json.len() as u64, Ordering::Release);
+        let over = |at: u64, add: usize| at + add as u64 > self.cap - FULL_RESERVE;
+        if over(t, text.len()) || over(j, json.len()) {
+            let last = Event::log_full(e.at, self.cap);
+            log::warn!(
+                "events: the log reached {} bytes; later events are not stored",
+                self.cap
+            );
+            files.full = true;
+            files.dropped += 1;
+            if let Err(err) = self.write(files, &last.line(), &last.ndjson()) {
+                log::warn!("events: writing the log's last line failed ({err})");
             }
-            Err(e) => {
-                // What was half written lies past the published lengths, unseen.
-                log::warn!("events: writing the log failed ({e}); later events are not stored");
-                files.full = true;
-            }
+            return;
+        }
+        if let Err(err) = self.write(files, &text, &json) {
+            log::warn!(
+                "events: writing the log failed ({err}); events wait in memory (at most \
+                 {MAX_WAITING}) until it can be written"
+            );
+            Self::wait(files, e);
         }
     }
 
-    /// How many events were dropped at the cap.
+    fn wait(files: &mut Files, e: &Event) {
+        if files.waiting.len() < MAX_WAITING {
+            files.waiting.push_back(e.clone());
+        } else {
+            if files.dropped == 0 {
+                log::warn!("events: {MAX_WAITING} events wait for room; later ones are dropped");
+            }
+            files.dropped += 1;
+        }
+    }
+
+    /// Writes one event's two lines at the ends of the files, then publishes both
+    /// lengths; on an error publishes nothing (what was half written lies past the
+    /// published lengths, unseen, and the next write goes over it).
+    fn write(&self, files: &mut Files, text: &str, json: &str) -> io::Result<()> {
+        let (t, j) = (self.len(Rendering::Text), self.len(Rendering::Ndjson));
+        files.text.write_all_at(text.as_bytes(), t)?;
+        files.ndjson.write_all_at(json.as_bytes(), j)?;
+        self.text_len
+            .store(t + text.len() as u64, Ordering::Release);
+        self.ndjson_len
+            .store(j + json.len() as u64, Ordering::Release);
+        Ok(())
+    }
+
+    /// How many events were dropped (at the cap, or past [`MAX_WAITING`]).
     #[cfg(test)]
     pub(crate) fn dropped(&self) -> u64 {
         self.files.lock().as_ref().map_or(0, |f| f.dropped)
@@ -313,5 +347,31 @@ mod tests {
         log.append(&[ev(500)]);
         assert_eq!(log.len(Rendering::Text), len, "nothing after the cap");
         assert!(text.ends_with('\n'));
+    }
+
+    #[test]
+    fn a_full_disk_delays_events_and_loses_none() {
+        let log = EventLog::new();
+        log.append(&[ev(0)]);
+        // The disk fills: writes to the text rendering fail with ENOSPC.
+        let full = OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let real = std::mem::replace(&mut log.files.lock().as_mut().unwrap().text, full);
+        let before = log.len(Rendering::Text);
+        log.append(&[ev(1), ev(2)]);
+        assert_eq!(
+            log.len(Rendering::Text),
+            before,
+            "nothing published while full"
+        );
+        assert_eq!(log.len(Rendering::Ndjson), ev(0).ndjson().len() as u64);
+        // Room again: the next append writes the waiting events first, in order.
+        log.files.lock().as_mut().unwrap().text = real;
+        log.append(&[ev(3)]);
+        let text = String::from_utf8(log.read(Rendering::Text, 0, u32::MAX).unwrap()).unwrap();
+        let want: String = (0..4).map(|i| ev(i).line()).collect();
+        assert_eq!(text, want);
+        let json = String::from_utf8(log.read(Rendering::Ndjson, 0, u32::MAX).unwrap()).unwrap();
+        assert_eq!(json, (0..4).map(|i| ev(i).ndjson()).collect::<String>());
+        assert_eq!(log.dropped(), 0);
     }
 }

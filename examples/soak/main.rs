@@ -1,0 +1,616 @@
+//! The soak (issue 36): a home mount of real litany 0.0.15 workspaces under live agents,
+//! writers, readers and `tail -f`, through an upgrade (SIGTERM), a crash (SIGKILL), a
+//! writer killed mid-message, an inotify queue overflow and a full disk under the events
+//! log; afterwards it checks from the workspaces themselves that nothing was lost,
+//! doubled or leaked. Run it with `scripts/soak` (`--quick` for CI); doc/TESTING.md says
+//! what each check means. It writes `target/soak/report.json` and exits non-zero, naming
+//! the checks, when one fails.
+
+mod checks;
+mod load;
+mod world;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use checks::Check;
+use load::Shared;
+use parking_lot::Mutex;
+use world::{Home, LoweredQueue, Mount, Rng, Tmpfs};
+
+struct Options {
+    quick: bool,
+    minutes: f64,
+    seed: u64,
+    ctl: bool,
+    keep: bool,
+}
+
+fn options() -> Result<Options, String> {
+    let mut o = Options {
+        quick: false,
+        minutes: 30.0,
+        seed: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1),
+        ctl: true,
+        keep: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--quick" => {
+                o.quick = true;
+                o.minutes = 2.0;
+            }
+            "--minutes" => {
+                o.minutes = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or("--minutes needs a number")?
+            }
+            "--seed" => {
+                o.seed = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or("--seed needs a number")?
+            }
+            "--cli" => o.ctl = false,
+            "--keep" => o.keep = true,
+            _ => {
+                return Err(format!(
+                    "unknown argument {a:?} (--quick, --minutes N, --seed N, --cli, --keep)"
+                ));
+            }
+        }
+    }
+    Ok(o)
+}
+
+fn main() {
+    let o = match options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("soak: {e}");
+            std::process::exit(2);
+        }
+    };
+    let code = match soak(&o) {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(e) => {
+            eprintln!("soak: error: {e}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+/// The release build of the daemon, next to this example's binary.
+fn daemon_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("."));
+    profile.join("litanyfs")
+}
+
+fn soak(o: &Options) -> Result<bool, String> {
+    let litany = litanyfs::testing::prereq::litany_lookup()?;
+    let bin = daemon_bin();
+    let out_dir = world::crate_root().join("target/soak");
+    std::fs::create_dir_all(&out_dir).map_err(|e| e.to_string())?;
+    let root = tempfile::Builder::new()
+        .prefix("litanyfs-soak-")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    let dir = root.path().to_path_buf();
+    let before_tmp = tmp_litanyfs_files();
+    // Full: 3 workspaces of 8 roots (24, plus their children); quick: 2 of 6.
+    let (nws, roots) = if o.quick { (2, 6) } else { (3, 8) };
+    let duration = Duration::from_secs_f64(o.minutes * 60.0);
+    eprintln!(
+        "soak: {} minutes, seed {}, {nws} workspaces x {roots} roots, in {}",
+        o.minutes,
+        o.seed,
+        dir.display()
+    );
+    // The daemon's and the drivers' TMPDIR: the disk the events log fills.
+    let tmpfs = Tmpfs::new(&dir.join("tmp"), 64 << 20)?;
+    let home = Home::build(&dir.join("home"), &tmpfs.0, &litany, nws, roots)?;
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
+    let mount = Mount {
+        bin: bin.clone(),
+        mnt: mnt.clone(),
+        log: dir.join("daemon.log"),
+        source: home.dir.clone(),
+        litany: litany.clone(),
+        tmp: tmpfs.0.clone(),
+        generation: AtomicU64::new(0),
+        since: Mutex::new(Instant::now()),
+    };
+    mount.mount()?;
+    let s = Arc::new(Shared {
+        home,
+        mount,
+        dir: dir.clone(),
+        start: Instant::now(),
+        stop: AtomicBool::new(false),
+        ctl: o.ctl,
+        quick: o.quick,
+        seed: o.seed,
+        deposits: Mutex::new(Vec::new()),
+        killed: Mutex::new(Vec::new()),
+        mails: Mutex::new(Vec::new()),
+        reads: Mutex::default(),
+        status_reads: Mutex::default(),
+        greps: Mutex::default(),
+        tails: Mutex::new(Vec::new()),
+        live: Mutex::new(Vec::new()),
+        rss: Mutex::new(Vec::new()),
+        acts: AtomicU64::new(0),
+        faults: Mutex::new(Vec::new()),
+        children: Mutex::new(Vec::new()),
+    });
+    let mut threads = Vec::new();
+    let spawn = |f: fn(Arc<Shared>), s: &Arc<Shared>| {
+        let s = Arc::clone(s);
+        std::thread::spawn(move || f(s))
+    };
+    for w in 0..4 {
+        let s2 = Arc::clone(&s);
+        threads.push(std::thread::spawn(move || load::writer(s2, w)));
+    }
+    for f in [
+        load::walker,
+        load::grepper,
+        load::status_reader,
+        load::mailer,
+        load::actor,
+    ] {
+        threads.push(spawn(f, &s));
+    }
+    let samplers = vec![spawn(load::tails, &s), spawn(load::sampler, &s)];
+
+    let mut failures: Vec<Check> = Vec::new();
+    let run = faults(&s, duration, &mut failures);
+    s.stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        let _ = t.join();
+    }
+    if let Err(e) = &run {
+        failures.push(Check {
+            name: "the faults ran",
+            ok: false,
+            detail: e.clone(),
+        });
+    }
+    let quiet = quiesce(&s, Duration::from_secs(240));
+    for c in s.children.lock().iter_mut() {
+        let _ = c.wait();
+    }
+    // Let the follower log what the last steps did.
+    std::thread::sleep(Duration::from_secs(3));
+    let events = std::fs::read_to_string(s.mount.mnt.join("events")).unwrap_or_default();
+    let _ = std::fs::write(out_dir.join("events.txt"), &events);
+    let finals = |rel: &str| std::fs::read(s.mount.mnt.join(rel)).ok();
+    for t in samplers {
+        let _ = t.join();
+    }
+    let mut all: Vec<Check> = failures;
+    all.push(Check {
+        name: "the harness came to rest",
+        ok: quiet.is_ok(),
+        detail: quiet.err().unwrap_or_default(),
+    });
+    all.extend(checks::deposits(
+        &s.home.workspaces,
+        &s.deposits.lock(),
+        &s.killed.lock(),
+        &s.mails.lock(),
+    ));
+    let since = std::time::SystemTime::now() - s.mount.since.lock().elapsed();
+    let (ev, kinds) = checks::events(&s.home.workspaces, &events, since);
+    all.push(ev);
+    all.push(checks::tails(&s.tails.lock(), &finals));
+    let reads = s.reads.lock();
+    let status = s.status_reads.lock();
+    let longest = reads.max().max(status.max());
+    // Quick (CI, on a shared machine, a minute or so per daemon): past 5 s is a hang;
+    // the full run holds every call to the issue's 1 s.
+    let limit = if o.quick { 5.0 } else { 1.0 };
+    all.push(Check {
+        name: if o.quick {
+            "no reader call took 5 s or more (quick; the full run holds to 1 s)"
+        } else {
+            "no reader call took 1 s or more"
+        },
+        ok: longest < limit,
+        detail: format!(
+            "{} calls, longest {longest:.3} s, {} over 1 s; slowest: {:?}",
+            reads.calls + status.calls,
+            reads.over_1s + status.over_1s,
+            &reads.longest[..reads.longest.len().min(3)]
+        ),
+    });
+    let rss = s.rss.lock().clone();
+    all.push(rss_check(&rss, &s, o.quick));
+    let live = s.live.lock().clone();
+    let warm = live.iter().filter(|l| l.0 > 30.0).map(|l| l.1);
+    let (lmin, lmax) = warm
+        .clone()
+        .fold((usize::MAX, 0), |(a, b), v| (a.min(v), b.max(v)));
+    let lavg = warm.clone().sum::<usize>() as f64 / warm.count().max(1) as f64;
+
+    // Take everything down, then look for what is left.
+    let unmounted = s.mount.unmount();
+    let leaks = leftovers(&s, &tmpfs.0);
+    all.push(Check {
+        name: "unmounted cleanly",
+        ok: unmounted.is_ok(),
+        detail: unmounted.err().unwrap_or_default(),
+    });
+    drop(tmpfs);
+    let after_tmp = tmp_litanyfs_files();
+    let new_tmp: Vec<&String> = after_tmp
+        .iter()
+        .filter(|f| !before_tmp.contains(f))
+        .collect();
+    let mut leak_detail = leaks;
+    if !new_tmp.is_empty() {
+        leak_detail.push(format!("temporary files: {new_tmp:?}"));
+    }
+    let under = world::mounts_under(&dir);
+    if !under.is_empty() {
+        leak_detail.push(format!("mounts: {under:?}"));
+    }
+    all.push(Check {
+        name: "no mount, process, temporary file or inotify watch left",
+        ok: leak_detail.is_empty(),
+        detail: leak_detail.join("; "),
+    });
+
+    let deposits = s.deposits.lock();
+    let report = serde_json::json!({
+        "mode": if o.quick { "quick" } else { "full" },
+        "minutes": o.minutes,
+        "seed": o.seed,
+        "workspaces": nws,
+        "roots_per_workspace": roots,
+        "agents_at_end": agents_now(&s),
+        "live_executors": {"min": if lmin == usize::MAX { 0 } else { lmin }, "avg": lavg, "max": lmax},
+        "deposits": {
+            "written": deposits.len(),
+            "close_ok": deposits.iter().filter(|d| d.ok).count(),
+            "by_method": load_methods(&deposits),
+        },
+        "mail": s.mails.lock().len(),
+        "acts": s.acts.load(Ordering::SeqCst),
+        "events": kinds,
+        "events_lines": events.lines().count(),
+        "requests_timed": reads.calls + status.calls,
+        "status_reads": status.calls,
+        "longest_request_s": longest,
+        "slowest": reads.longest,
+        "grep_runs": s.greps.lock().calls,
+        "longest_grep_s": s.greps.lock().max(),
+        "rss_kib": rss,
+        "faults": *s.faults.lock(),
+        "checks": all,
+    });
+    let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+    let name = if o.quick { "quick.json" } else { "report.json" };
+    let _ = std::fs::write(out_dir.join(name), &text);
+    println!("soak: {} minutes, seed {}", o.minutes, o.seed);
+    println!(
+        "  agents: {} at the end; executors live (after 30 s): min {} avg {lavg:.1} max {lmax}",
+        agents_now(&s),
+        if lmin == usize::MAX { 0 } else { lmin }
+    );
+    println!(
+        "  deposits: {} written, {} closed with 0; mail {}; stops+restarts {}",
+        deposits.len(),
+        deposits.iter().filter(|d| d.ok).count(),
+        s.mails.lock().len(),
+        s.acts.load(Ordering::SeqCst)
+    );
+    println!(
+        "  requests timed {}, longest {longest:.3} s; events {} lines",
+        reads.calls + status.calls,
+        events.lines().count()
+    );
+    for (t, f) in s.faults.lock().iter() {
+        println!("  fault at {t:.0}s: {f}");
+    }
+    let mut ok = true;
+    for c in &all {
+        println!(
+            "  [{}] {}: {}",
+            if c.ok { "ok" } else { "FAIL" },
+            c.name,
+            c.detail
+        );
+        ok &= c.ok;
+    }
+    println!(
+        "soak: {} (report: {})",
+        if ok { "passed" } else { "FAILED" },
+        out_dir.join(name).display()
+    );
+    if o.keep {
+        let kept = root.keep();
+        eprintln!("soak: kept {}", kept.display());
+    }
+    Ok(ok)
+}
+
+fn load_methods(d: &[load::Deposit]) -> serde_json::Value {
+    let mut m = std::collections::BTreeMap::new();
+    for x in d {
+        *m.entry(x.method).or_insert(0u64) += 1;
+    }
+    serde_json::json!(m)
+}
+
+fn agents_now(s: &Shared) -> usize {
+    s.home
+        .workspaces
+        .iter()
+        .map(|w| {
+            std::fs::read_dir(w.dir.join("steps"))
+                .map(|r| r.count())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// The faults, at their moments in a run of `d`; then the load runs out its time.
+fn faults(s: &Arc<Shared>, d: Duration, checks: &mut Vec<Check>) -> Result<(), String> {
+    let mut rng = Rng::new(s.seed ^ 0xfa17);
+    let at = |f: f64| d.mul_f64(f);
+    let hold = if s.quick {
+        Duration::from_secs(15)
+    } else {
+        Duration::from_secs(60)
+    };
+    let until = |t: Duration| {
+        while s.start.elapsed() < t {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // An upgrade: SIGTERM, and a new daemon, whose inotify queue is made small (the limit
+    // is read when an inotify instance is made) and put back a while later.
+    until(at(0.15 + rng.below(5) as f64 / 100.0));
+    let lowered = LoweredQueue::lower(16)?;
+    let old = s.mount.kill(libc::SIGTERM)?;
+    s.fault(format!(
+        "SIGTERM of the daemon (it detached its mount); inotify max_queued_events {} -> 16",
+        lowered.was
+    ));
+    // An upgrade mounts again at once. The old daemon serves what is still open on it
+    // (the tails, restarted on the new mount) and then ends, leaving the new mount alone.
+    s.mount.mount()?;
+    s.fault("remounted (upgrade)".into());
+    let generation = s.mount.generation();
+    let ended = world::wait_until(Duration::from_secs(20), || !world::alive(old));
+    std::thread::sleep(Duration::from_millis(500));
+    let kept = world::is_mounted(&s.mount.mnt) && s.mount.generation() == generation;
+    checks.push(Check {
+        name: "the SIGTERMed daemon ended once its files were closed, and left the new mount",
+        ok: ended && kept,
+        detail: format!("pid {old}: ended {ended}, the new mount still there {kept}"),
+    });
+    std::thread::sleep(hold);
+    drop(lowered);
+    s.fault("inotify max_queued_events put back".into());
+    let overflowed = std::fs::read_to_string(&s.mount.log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("overflow"))
+        .count();
+    s.fault(format!("daemon log lines about an overflow: {overflowed}"));
+
+    until(at(0.35));
+    let killed = load::killed_writer(s, &mut rng)?;
+    s.fault(killed);
+
+    // A crash: SIGKILL, the dead mount detached (fusermount3 -uz), mounted again.
+    until(at(0.5));
+    s.mount.kill(libc::SIGKILL)?;
+    s.fault("SIGKILL of the daemon; dead mount detached with fusermount3 -uz".into());
+    s.mount.mount()?;
+    s.fault("remounted (after the crash)".into());
+
+    // A full disk under the events log, then room again.
+    until(at(0.65));
+    let ballast = s.home.tmp.join("ballast");
+    fill(&ballast);
+    s.fault(format!(
+        "the daemon's TMPDIR filled ({} bytes of ballast)",
+        size(&ballast)
+    ));
+    std::thread::sleep(hold);
+    let _ = std::fs::remove_file(&ballast);
+    s.fault("the daemon's TMPDIR has room again".into());
+
+    until(d);
+    Ok(())
+}
+
+fn size(p: &Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Writes `p` until the filesystem is full.
+fn fill(p: &Path) {
+    use std::io::Write;
+    let Ok(mut f) = std::fs::File::create(p) else {
+        return;
+    };
+    let block = vec![0u8; 1 << 20];
+    while f.write_all(&block).is_ok() {}
+    let _ = f.write_all(&block[..4096]);
+    let _ = f.flush();
+}
+
+/// Waits until no executor holds a lock and no harness process runs, three looks in a
+/// row.
+fn quiesce(s: &Shared, limit: Duration) -> Result<(), String> {
+    let end = Instant::now() + limit;
+    let mut calm = 0;
+    loop {
+        let locks = world::locked_inboxes(&s.home.workspaces);
+        let procs: Vec<_> = world::processes_under(&s.home.dir)
+            .into_iter()
+            .filter(|(_, c)| !c.contains("litanyfs"))
+            .collect();
+        if locks == 0 && procs.is_empty() {
+            calm += 1;
+            if calm >= 3 {
+                return Ok(());
+            }
+        } else {
+            calm = 0;
+        }
+        if Instant::now() > end {
+            return Err(format!(
+                "after {limit:?}: {locks} locked inboxes, processes {:?}",
+                &procs[..procs.len().min(5)]
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// RSS at the end within 10% of its value at minute 5 of the daemon's life (quick: 30 s
+/// after the last mount).
+fn rss_check(rss: &[(f64, u64, u64)], s: &Shared, quick: bool) -> Check {
+    let last_gen = s.mount.generation();
+    let mine: Vec<&(f64, u64, u64)> = rss.iter().filter(|r| r.1 == last_gen).collect();
+    let Some(born) = mine.first().map(|r| r.0) else {
+        return Check {
+            name: "daemon RSS steady",
+            ok: false,
+            detail: "no sample of the last daemon".into(),
+        };
+    };
+    // Quick: the last daemon lives about a minute, while its caches still fill; its
+    // figure is reported, not held to the 10%.
+    let warm = if quick { 30.0 } else { 300.0 };
+    let reference = mine.iter().find(|r| r.0 - born >= warm).or(mine.first());
+    let end = mine.last();
+    match (reference, end) {
+        (Some(r), Some(e)) => {
+            let ratio = e.2 as f64 / r.2.max(1) as f64;
+            Check {
+                name: "daemon RSS at the end within 10% of its value once warm",
+                ok: quick || ratio <= 1.10,
+                detail: format!(
+                    "{} KiB at {:.0} s, {} KiB at the end ({:.0} s): x{ratio:.2}{}",
+                    r.2,
+                    r.0,
+                    e.2,
+                    e.0,
+                    if quick { " (quick: reported only)" } else { "" }
+                ),
+            }
+        }
+        _ => Check {
+            name: "daemon RSS at the end within 10% of its value once warm",
+            ok: false,
+            detail: "too few samples".into(),
+        },
+    }
+}
+
+/// `.litanyfs-*` files in the temporary directory (the events log's fallback names).
+fn tmp_litanyfs_files() -> Vec<String> {
+    std::fs::read_dir(std::env::temp_dir())
+        .map(|r| {
+            r.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(".litanyfs"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What the run left after the unmount: processes naming its directory, files in the
+/// daemon's TMPDIR, and inotify watches on its directories.
+fn leftovers(s: &Shared, tmp: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let procs = world::processes_under(&s.dir);
+    if !procs.is_empty() {
+        out.push(format!("processes: {procs:?}"));
+    }
+    let files: Vec<String> = std::fs::read_dir(tmp)
+        .map(|r| {
+            r.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    if !files.is_empty() {
+        out.push(format!("files in the daemon's TMPDIR: {files:?}"));
+    }
+    let watches = watches_on(&s.dir);
+    if watches > 0 {
+        out.push(format!(
+            "{watches} inotify watches on the soak's directories"
+        ));
+    }
+    out
+}
+
+/// Inotify watches any process holds on a directory under `dir` (by inode, from
+/// `/proc/*/fdinfo`).
+fn watches_on(dir: &Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let mut inodes = std::collections::HashSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    let dev = std::fs::metadata(dir).map(|m| m.dev()).unwrap_or(0);
+    while let Some(d) = stack.pop() {
+        if let Ok(m) = std::fs::symlink_metadata(&d) {
+            if m.dev() != dev {
+                continue;
+            }
+            inodes.insert(m.ino());
+        }
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(e.path());
+                }
+            }
+        }
+    }
+    let mut n = 0;
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    for p in procs.flatten() {
+        let Ok(fds) = std::fs::read_dir(p.path().join("fdinfo")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(info) = std::fs::read_to_string(fd.path()) else {
+                continue;
+            };
+            for line in info.lines().filter(|l| l.starts_with("inotify wd:")) {
+                let ino = line
+                    .split_whitespace()
+                    .find_map(|f| f.strip_prefix("ino:"))
+                    .and_then(|h| u64::from_str_radix(h, 16).ok());
+                if ino.is_some_and(|i| inodes.contains(&i)) {
+                    n += 1;
+                }
+            }
+        }
+    }
+    n
+}
