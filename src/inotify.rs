@@ -137,6 +137,32 @@ impl AsRawFd for Inotify {
     }
 }
 
+/// An eventfd that wakes a thread polling it beside an inotify descriptor (the deposit
+/// guard's stop and re-deposit kicks, a watch being closed): nonblocking, close-on-exec.
+pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with flag arguments; the result is checked before use.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Wakes whoever polls `fd` (an [`eventfd`]). A full counter (EAGAIN) already means
+/// "wake up", so the result is not looked at.
+pub(crate) fn wake(fd: &OwnedFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64 to an eventfd we hold.
+    unsafe {
+        libc::write(
+            fd.as_raw_fd(),
+            (&one as *const u64).cast(),
+            std::mem::size_of::<u64>(),
+        )
+    };
+}
+
 /// `/proc/self/fd/<n>`: names exactly the file descriptor `fd` refers to.
 pub(crate) fn proc_fd_path(fd: RawFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{fd}"))

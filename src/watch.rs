@@ -163,13 +163,7 @@ pub const WATCH_LIMIT_SYSCTL: &str = "/proc/sys/fs/inotify/max_user_watches";
 
 impl Watcher {
     pub(crate) fn new(repo_dir: &Path) -> io::Result<Self> {
-        // SAFETY: eventfd takes no pointers; a valid descriptor is owned at once below.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor nothing else owns.
-        let closer = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let closer = crate::inotify::eventfd()?;
         let w = Self {
             inotify: Inotify::new(false)?,
             closer,
@@ -268,16 +262,7 @@ impl Watcher {
     /// [`io::ErrorKind::BrokenPipe`] at once, and [`Watcher::is_closed`] says why.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd (a full counter, EAGAIN,
-        // already wakes the reader).
-        unsafe {
-            libc::write(
-                self.closer.as_raw_fd(),
-                (&one as *const u64).cast(),
-                std::mem::size_of::<u64>(),
-            )
-        };
+        crate::inotify::wake(&self.closer);
     }
 
     /// Whether [`Watcher::close`] was called.

@@ -69,16 +69,26 @@ fn drain(mut r: impl Read + Send + 'static) -> mpsc::Receiver<Vec<u8>> {
     rx
 }
 
-/// Runs `<harness> <argv...>` to its end (at most `limit`), collecting its output.
-pub(crate) fn run(harness: &Path, argv: &[OsString], limit: Duration) -> Result<Ran, ActError> {
-    let mut cmd = crate::deposit::wake::harness_command(harness, false);
+/// `<harness> <argv...>` started with its output piped back (`own_session`: in a
+/// session of its own, as a detached driver must be).
+pub(super) fn spawn(
+    harness: &Path,
+    argv: &[OsString],
+    own_session: bool,
+) -> Result<std::process::Child, ActError> {
+    let mut cmd = crate::deposit::wake::harness_command(harness, own_session);
     cmd.args(argv).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| {
+    cmd.spawn().map_err(|e| {
         ActError::new(
             e.raw_os_error().unwrap_or(libc::EIO),
             format!("cannot run {}: {e}", harness.display()),
         )
-    })?;
+    })
+}
+
+/// Runs `<harness> <argv...>` to its end (at most `limit`), collecting its output.
+pub(crate) fn run(harness: &Path, argv: &[OsString], limit: Duration) -> Result<Ran, ActError> {
+    let mut child = spawn(harness, argv, false)?;
     let out = child.stdout.take().map(drain);
     let err = child.stderr.take().map(drain);
     let started = Instant::now();

@@ -19,7 +19,6 @@ use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::io::Read;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -161,14 +160,7 @@ pub(crate) fn start(
     limit: Duration,
 ) -> Result<Started, ActError> {
     let before = agents();
-    let mut cmd = crate::deposit::wake::harness_command(harness, true);
-    cmd.args(argv).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| {
-        ActError::new(
-            e.raw_os_error().unwrap_or(libc::EIO),
-            format!("cannot run {}: {e}", harness.display()),
-        )
-    })?;
+    let mut child = super::run::spawn(harness, argv, true)?;
     let pid = child.id();
     // Its output is read to the end whenever it comes, so the prompt never blocks on a
     // full pipe however long it drives.

@@ -56,7 +56,7 @@
 //! name empty was deleted.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -69,7 +69,6 @@ use super::DepositError;
 use super::publish::{InboxDir, Published};
 use super::spare::Spares;
 use crate::inotify::{EVENT_BUFFER, Inotify};
-use crate::workspace::backing::cvt;
 use crate::workspace::inbox::InboxNames;
 
 mod ledger;
@@ -168,10 +167,7 @@ impl Guard {
         background: bool,
     ) -> io::Result<Self> {
         let inotify = Inotify::new(true)?;
-        // SAFETY: plain syscall with flag arguments; the result is checked.
-        let kick = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
-        // SAFETY: `kick` was just returned to us.
-        let kick = unsafe { OwnedFd::from_raw_fd(kick) };
+        let kick = crate::inotify::eventfd()?;
         let shared = Arc::new(Shared {
             root: root.to_path_buf(),
             inotify,
@@ -250,16 +246,7 @@ impl Drop for Guard {
 
 impl Shared {
     fn kick(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd. A full counter (EAGAIN)
-        // already means "wake up".
-        unsafe {
-            libc::write(
-                self.kick.as_raw_fd(),
-                (&one as *const u64).cast(),
-                std::mem::size_of::<u64>(),
-            )
-        };
+        crate::inotify::wake(&self.kick);
     }
 
     fn run(&self) {
