@@ -100,6 +100,17 @@ fn a_streaming_model_entry_is_the_entry_its_commit_adds() {
     assert_eq!(after.len(), seen.len(), "nothing but the time changed");
 }
 
+/// The wound of step 002 with nothing on its logs; `stopped_mark`: a stop's mark at the tip.
+fn quiet_wound(stopped_mark: Option<String>) -> WoundFacts {
+    WoundFacts {
+        step: "002".into(),
+        why: None,
+        stopped_mark,
+        unsure: false,
+        log: None,
+    }
+}
+
 #[test]
 fn a_failed_step_keeps_its_stream_and_gains_the_wound() {
     let mut b = Branch::new();
@@ -155,13 +166,7 @@ fn a_failed_step_keeps_its_stream_and_gains_the_wound() {
         all.extend(tail);
         let facts = Facts {
             model: Some(model(Some(response(&dir, &all)), false)),
-            wound: Some(WoundFacts {
-                step: "002".into(),
-                why: None,
-                stopped_mark: None,
-                unsure: false,
-                log: None,
-            }),
+            wound: Some(quiet_wound(None)),
             ..Facts::default()
         };
         let text = read_all(
@@ -186,13 +191,7 @@ fn a_failed_step_keeps_its_stream_and_gains_the_wound() {
     .concat();
     let facts = Facts {
         model: Some(model(Some(response(&dir, &auth)), false)),
-        wound: Some(WoundFacts {
-            step: "002".into(),
-            why: None,
-            stopped_mark: None,
-            unsure: false,
-            log: None,
-        }),
+        wound: Some(quiet_wound(None)),
         ..Facts::default()
     };
     let text = read_all(
@@ -206,13 +205,7 @@ fn a_failed_step_keeps_its_stream_and_gains_the_wound() {
     // A stop's marks at the tip name the stop; the stream's word follows.
     let facts = Facts {
         model: Some(model(Some(response(&dir, &lines)), false)),
-        wound: Some(WoundFacts {
-            step: "002".into(),
-            why: None,
-            stopped_mark: Some("abandoned".into()),
-            unsure: false,
-            log: None,
-        }),
+        wound: Some(quiet_wound(Some("abandoned".into()))),
         ..Facts::default()
     };
     let text = read_all(
