@@ -593,17 +593,31 @@ impl Drop for Stopped {
     }
 }
 
+/// Whether every thread of `pid` is stopped by a signal (state `T` in its stat).
+fn all_stopped(pid: i32) -> bool {
+    let states: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|t| std::fs::read_to_string(t.path().join("stat")).unwrap_or_default())
+        .map(|stat| {
+            // The state follows the parenthesised name, which may hold spaces.
+            stat.rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next())
+        })
+        .collect();
+    !states.is_empty() && states.iter().all(|s| *s == Some('T'))
+}
+
 /// The threads of `pid` that wait for a FUSE filesystem's answer: (tid, name).
 fn waiting_on_fuse(pid: i32) -> Vec<(String, String)> {
-    // `request_wait_answer` (fs/fuse/dev.c) is where a caller sleeps until the FUSE
-    // daemon replies.
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
         .flatten()
         .flatten()
         .filter(|t| {
-            std::fs::read_to_string(t.path().join("wchan"))
-                .is_ok_and(|w| w.starts_with("request_wait_answer"))
+            let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+            awaits_fuse_answer(&read("wchan"), &read("stack"))
         })
         .map(|t| {
             let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
@@ -613,6 +627,46 @@ fn waiting_on_fuse(pid: i32) -> Vec<(String, String)> {
             )
         })
         .collect()
+}
+
+/// Whether a thread with this wchan and kernel stack sleeps until a FUSE daemon
+/// answers. The caller sleeps in fs/fuse/dev.c's `request_wait_answer`, which a kernel
+/// may inline into `__fuse_request_send` or `__fuse_simple_request`, so wchan names
+/// whichever of them is left; a daemon's own idle thread sleeps in `fuse_dev_do_read`,
+/// which is not a wait for an answer. The stack (root only, where the kernel keeps it)
+/// is the second witness when wchan says nothing.
+fn awaits_fuse_answer(wchan: &str, stack: &str) -> bool {
+    const WAITS: [&str; 3] = [
+        "request_wait_answer",
+        "__fuse_request_send",
+        "__fuse_simple_request",
+    ];
+    let wchan = wchan.trim();
+    WAITS.contains(&wchan)
+        || stack
+            .lines()
+            .take_while(|l| !l.contains("fuse_dev_do_read"))
+            .any(|l| WAITS.iter().any(|w| l.contains(w)))
+}
+
+/// Every thread of `pid`: name, wchan and kernel stack, for a failure's message.
+fn threads_of(pid: i32) -> String {
+    let mut out = String::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+        out += &format!(
+            "{} {} wchan={}\n{}",
+            t.file_name().to_string_lossy(),
+            read("comm").trim_end(),
+            read("wchan"),
+            read("stack")
+        );
+    }
+    out
 }
 
 #[test]
@@ -653,18 +707,26 @@ fn a_slow_reader_does_not_stall_a_listing_in_another_shell() {
     // SAFETY: stopping the daemon of this test's own second mount.
     assert_eq!(unsafe { libc::kill(slow_daemon, libc::SIGSTOP) }, 0);
     let stopped = Stopped(slow_daemon);
+    // kill(2) returns before every thread has stopped: wait until they all have.
+    wait_for(
+        || all_stopped(slow_daemon),
+        DEADLINE,
+        "every thread of the second daemon to stop",
+    );
     let slow = std::thread::spawn(move || std::fs::read(&page).map(|b| b.len()));
     // A request thread (fuser names them `fuser-<n>`) waits on the stopped mount: the
     // slow read is in the daemon. (Its events thread may wait there too.)
-    wait_for(
-        || {
-            waiting_on_fuse(daemon)
-                .iter()
-                .any(|(_, name)| name.starts_with("fuser-"))
-        },
-        DEADLINE,
-        "a request thread of the daemon to wait on the stopped mount",
-    );
+    if !litanyfs::testing::wait::within(DEADLINE, || {
+        waiting_on_fuse(daemon)
+            .iter()
+            .any(|(_, name)| name.starts_with("fuser-"))
+    }) {
+        panic!(
+            "timed out after {DEADLINE:?} waiting for a request thread of the daemon to \
+             wait on the stopped mount; the daemon's threads:\n{}",
+            threads_of(daemon)
+        );
+    }
     let (b, marks) = (m.path(&format!("steps/{B}/001")), m.path("marks"));
     let listing = std::thread::spawn(move || (names(&b), names(&marks)));
     wait_for(
