@@ -32,7 +32,8 @@
 //! Every run checks seeds 1 to 50 at the default length, and one more seed: the clock's,
 //! or `LITANYFS_MODEL_SEED=<u64>` (which scripts/test sets from the clock and prints);
 //! `LITANYFS_MODEL_STEPS=<n>` lengthens that one. The seed is printed at the start of a
-//! run and in every failure, with the command that replays it. Every operation runs in
+//! run and in every failure, with the command that replays it; `LITANYFS_MODEL_TRACE=1`
+//! prints every operation as it runs (a failure shows only the last 25). Every operation runs in
 //! every run, the cases of the regression tests at the end (bugs this model found, since
 //! fixed) included.
 
@@ -816,6 +817,9 @@ impl Run {
     fn note(&mut self, op: &'static str, what: String) {
         *self.counts.entry(op).or_default() += 1;
         self.history.push(format!("#{} {op}: {what}", self.step));
+        if std::env::var_os("LITANYFS_MODEL_TRACE").is_some() {
+            eprintln!("{}", self.history.last().map_or("", |s| s.as_str()));
+        }
     }
 
     fn serial(&mut self) -> u64 {

@@ -886,3 +886,52 @@ fn streams_of_a_large_capture_show_their_sizes_though_listed_unparsed() {
         stdout.len()
     );
 }
+
+#[test]
+fn a_step_pruned_and_another_made_at_once_never_shows_the_pruned_ones_insides() {
+    // ext4 hands a freed inode number to the next file made, so a step pruned and
+    // another made at once take over its directories' numbers. The kernel meets each
+    // number again before the daemon's invalidation of the pruned names reaches it: the
+    // new directory must not inherit what the kernel cached under the old one.
+    let w = workspace(Flavour::Litany);
+    let m = Mounted::new(w.f.root());
+    let mut reused = 0;
+    for round in 0..60 {
+        let old = w.f.root().join(format!("steps/{A}/001"));
+        std::fs::create_dir_all(old.join("tools/toolu_old")).unwrap();
+        std::fs::write(old.join("tools/toolu_old/input.json"), b"{}").unwrap();
+        let seen = m.path(&format!("steps/{A}/001/tools/toolu_old/input.json"));
+        assert!(std::fs::metadata(&seen).is_ok(), "round {round}: {seen:?}");
+        let old_ino = std::fs::metadata(old.join("tools")).unwrap().ino();
+        std::fs::remove_dir_all(&old).unwrap();
+        let step = format!("steps/{B}/{:03}", round + 1);
+        let new = w.f.root().join(&step);
+        std::fs::create_dir_all(new.join("tools/toolu_new")).unwrap();
+        std::fs::write(new.join("tools/toolu_new/input.json"), b"{}").unwrap();
+        let inos = [
+            new.as_path(),
+            &new.join("tools"),
+            &new.join("tools/toolu_new"),
+        ]
+        .map(|p| std::fs::metadata(p).unwrap().ino());
+        reused += usize::from(inos.contains(&old_ino));
+        let tool = m.path(&format!("{step}/tools/toolu_new"));
+        assert!(
+            eventually(LIVE, || names(&tool).is_ok_and(|n| n == ["input.json"])),
+            "round {round}: {tool:?} lists {:?}, on disk {:?}",
+            names(&tool),
+            names(&new.join("tools/toolu_new"))
+        );
+    }
+    // The test means something only where numbers were reused.
+    assert!(reused > 0, "no inode number was reused in 60 rounds");
+}
+
+/// The sorted names in `dir`, or the error reading it.
+fn names(dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut v = std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<std::io::Result<Vec<String>>>()?;
+    v.sort();
+    Ok(v)
+}

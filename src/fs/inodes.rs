@@ -26,7 +26,13 @@ pub(crate) const ALLOCATED_BASE: u64 = 1 << 63;
 struct Slot {
     /// Shared with `by_node`'s key, and handed out by [`InodeTable::get`].
     node: Node,
-    lookups: u64,
+    /// The kernel's count, held in 32 bits so that the slot stays three words: it
+    /// stops at the top (four billion lookups never forgotten), and then the slot stays
+    /// for the mount's life rather than go while the kernel may still use the number.
+    lookups: u32,
+    /// A derived number's file's generation (the last one the kernel was told), which
+    /// the number alone does not say.
+    generation: u32,
 }
 
 struct Inner {
@@ -76,6 +82,7 @@ impl InodeTable {
             Slot {
                 node: Node::Root,
                 lookups: 1,
+                generation: 0,
             },
         );
         Self {
@@ -93,7 +100,7 @@ impl InodeTable {
     /// The number `identity` has by construction, if it has one.
     fn derived(&self, identity: &Identity) -> Option<u64> {
         match identity {
-            Identity::Backing { dev, ino }
+            Identity::Backing { dev, ino, .. }
                 if Some(*dev) == self.root_dev && *ino != ROOT_INO && *ino < ALLOCATED_BASE =>
             {
                 Some(*ino)
@@ -113,7 +120,7 @@ impl InodeTable {
         self.insert(identity, node, 0)
     }
 
-    fn insert(&self, identity: &Identity, node: &Node, count: u64) -> u64 {
+    fn insert(&self, identity: &Identity, node: &Node, count: u32) -> u64 {
         let derived = self.derived(identity);
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
@@ -123,7 +130,11 @@ impl InodeTable {
         if let Some(ino) = known
             && let Some(slot) = inner.slots.get_mut(&ino)
         {
-            slot.lookups += count;
+            slot.lookups = slot.lookups.saturating_add(count);
+            // A number reused by a later file: from now on it stands for that file.
+            if let Identity::Backing { generation, .. } = identity {
+                slot.generation = *generation;
+            }
             if slot.node != *node {
                 let old = std::mem::replace(&mut slot.node, node.clone());
                 if derived.is_none() {
@@ -155,6 +166,10 @@ impl InodeTable {
             Slot {
                 node: node.clone(),
                 lookups: count,
+                generation: match identity {
+                    Identity::Backing { generation, .. } => *generation,
+                    _ => 0,
+                },
             },
         );
         ino
@@ -172,6 +187,7 @@ impl InodeTable {
             None => Identity::Backing {
                 dev: self.root_dev?,
                 ino,
+                generation: slot.generation,
             },
         };
         Some((slot.node.clone(), identity))
@@ -211,7 +227,11 @@ impl InodeTable {
         let mut inner = self.inner.lock();
         let gone = match inner.slots.get_mut(&ino) {
             Some(slot) => {
-                slot.lookups = slot.lookups.saturating_sub(n);
+                if slot.lookups < u32::MAX {
+                    slot.lookups = slot
+                        .lookups
+                        .saturating_sub(u32::try_from(n).unwrap_or(u32::MAX));
+                }
                 slot.lookups == 0
             }
             None => false,
@@ -235,8 +255,16 @@ mod tests {
     #[test]
     fn numbers_follow_identity_not_name() {
         let t = InodeTable::default();
-        let a = Identity::Backing { dev: 1, ino: 10 };
-        let b = Identity::Backing { dev: 1, ino: 11 };
+        let a = Identity::Backing {
+            dev: 1,
+            ino: 10,
+            generation: 0,
+        };
+        let b = Identity::Backing {
+            dev: 1,
+            ino: 11,
+            generation: 0,
+        };
         let name = Node::backing("inbox/x/user-001.md");
         let first = t.lookup(&a, &name);
         assert_ne!(first, ROOT_INO);
@@ -252,9 +280,38 @@ mod tests {
     }
 
     #[test]
+    fn a_number_a_later_file_reuses_stands_for_that_file_with_its_generation() {
+        let t = InodeTable::new(Some(7));
+        let old = Identity::Backing {
+            dev: 7,
+            ino: 4242,
+            generation: 1,
+        };
+        let new = Identity::Backing {
+            dev: 7,
+            ino: 4242,
+            generation: 2,
+        };
+        let (was, now) = (Node::backing("steps/a/001"), Node::backing("steps/b/001"));
+        assert_eq!(t.lookup(&old, &was), 4242);
+        // The kernel still holds the old file's number when the new one is looked up.
+        assert_eq!(t.lookup(&new, &now), 4242);
+        assert_eq!(t.get(4242), Some((now, new)));
+        // Its lookups of both are counted together, and forgotten together.
+        t.forget(4242, 1);
+        assert!(t.get(4242).is_some());
+        t.forget(4242, 1);
+        assert!(t.get(4242).is_none());
+    }
+
+    #[test]
     fn backing_files_on_the_root_device_keep_their_own_numbers() {
         let t = InodeTable::new(Some(7));
-        let a = Identity::Backing { dev: 7, ino: 4242 };
+        let a = Identity::Backing {
+            dev: 7,
+            ino: 4242,
+            generation: 0,
+        };
         let node = Node::backing("steps/x/001/response.json");
         assert_eq!(t.lookup(&a, &node), 4242);
         t.forget(4242, 1);
@@ -269,7 +326,11 @@ mod tests {
             Some(a.clone()),
             "derived, not stored"
         );
-        let other_dev = Identity::Backing { dev: 8, ino: 4242 };
+        let other_dev = Identity::Backing {
+            dev: 8,
+            ino: 4242,
+            generation: 0,
+        };
         let other = t.lookup(&other_dev, &node);
         assert!(other >= ALLOCATED_BASE);
         assert_eq!(t.get(other).map(|g| g.1), Some(other_dev.clone()));
@@ -285,6 +346,27 @@ mod tests {
                 &Identity::Virtual(Node::git(GitNode::MarksRoot)),
                 &Node::git(GitNode::MarksRoot)
             ) >= ALLOCATED_BASE
+        );
+    }
+
+    #[test]
+    fn a_count_at_its_top_keeps_the_slot() {
+        let t = InodeTable::new(Some(7));
+        let a = Identity::Backing {
+            dev: 7,
+            ino: 99,
+            generation: 0,
+        };
+        let ino = t.lookup(&a, &Node::backing("steps/x"));
+        if let Some(slot) = t.inner.lock().slots.get_mut(&ino) {
+            slot.lookups = u32::MAX - 1;
+        }
+        t.lookup(&a, &Node::backing("steps/x"));
+        t.lookup(&a, &Node::backing("steps/x"));
+        t.forget(ino, u64::from(u32::MAX) + 1);
+        assert!(
+            t.get(ino).is_some(),
+            "a count that stopped is never trusted to end"
         );
     }
 

@@ -112,6 +112,7 @@ impl Invalidator {
             && let Some(ino) = inodes.known(&Identity::Backing {
                 dev: st.dev,
                 ino: st.ino,
+                generation: st.generation(),
             })
         {
             return Some(ino);

@@ -389,7 +389,8 @@ impl Filesystem for Fs {
             {
                 Ok(c) => {
                     let ino = self.inodes.lookup(&c.attr.identity, &c.node);
-                    reply.entry(&c.ttl, &self.fuse_attr(ino, &c.attr), Generation(0));
+                    let generation = Generation(c.attr.identity.generation());
+                    reply.entry(&c.ttl, &self.fuse_attr(ino, &c.attr), generation);
                 }
                 Err(e) => reply.error(refuse("lookup", &e)),
             }
@@ -600,8 +601,8 @@ impl Filesystem for Fs {
                     // which then counts one); taken back if the reply had no room for it.
                     let child = self.inodes.lookup(&c.attr.identity, &c.node);
                     let attr = self.fuse_attr(child, &c.attr);
-                    let full =
-                        reply.add(INodeNo(child), next, &c.name, &c.ttl, &attr, Generation(0));
+                    let generation = Generation(c.attr.identity.generation());
+                    let full = reply.add(INodeNo(child), next, &c.name, &c.ttl, &attr, generation);
                     if full {
                         self.inodes.forget(child, 1);
                     }
@@ -855,7 +856,7 @@ impl Filesystem for Fs {
                 Ok(fh) => reply.created(
                     &SHORT_TTL,
                     &self.fuse_attr(ino, &attr),
-                    Generation(0),
+                    Generation(attr.identity.generation()),
                     FileHandle(fh),
                     flags,
                 ),

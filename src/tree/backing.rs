@@ -102,6 +102,7 @@ impl Tree {
             identity: Identity::Backing {
                 dev: st.dev,
                 ino: st.ino,
+                generation: st.generation(),
             },
         }
     }

@@ -117,18 +117,33 @@ impl Kind {
 }
 
 /// What names a node for as long as it exists: a backing file by its device and inode
-/// (names in `inbox/` are reused, so a name is never enough), anything derived from git by
+/// (names in `inbox/` are reused, so a name is never enough) and the generation that
+/// tells it from a later file given the same inode number, anything derived from git by
 /// the node itself.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Identity {
     Backing {
         dev: u64,
         ino: u64,
+        /// [`crate::workspace::backing::Stat::generation`].
+        generation: u32,
     },
     /// A node that is its own identity (shared: a clone of a node is a count).
     Virtual(Node),
     /// A draft, by its number: it keeps its inode when renamed.
     Draft(u64),
+}
+
+impl Identity {
+    /// The generation the kernel is told with the inode number: when a number it holds
+    /// comes back with another, the file is new, and the kernel drops what it cached
+    /// under the old one (its names beneath it among them) rather than take it over.
+    pub(crate) fn generation(&self) -> u64 {
+        match self {
+            Identity::Backing { generation, .. } => u64::from(*generation),
+            _ => 0,
+        }
+    }
 }
 
 /// A node's attributes, in the view's terms.

@@ -175,6 +175,7 @@ mod tests {
             mtime: (0, 0),
             ctime: (0, 0),
             atime: (0, 0),
+            born: None,
         }
     }
 
