@@ -96,12 +96,29 @@ pub struct Shared {
     /// `(seconds, generation, KiB)`.
     pub rss: Mutex<Vec<(f64, u64, u64)>>,
     pub acts: AtomicU64,
+    /// `soak:dispatch` directives sent so far (at most [`DISPATCH_CAP`]).
+    pub dispatches: AtomicU64,
     pub faults: Mutex<Vec<(f64, String)>>,
     /// Children to reap at the end (restarted drivers).
     pub children: Mutex<Vec<Child>>,
 }
 
+/// The most children the run dispatches. Each stays an agent once returned, so without
+/// a bound the workspaces grow all run long (a 30-minute run ended with 1,063 agents),
+/// and a daemon's memory grows with them however well it keeps: the cap is reached in
+/// the first minutes, and the rest of the run is steady, which is what the RSS check
+/// needs to see a leak.
+pub const DISPATCH_CAP: u64 = 150;
+
 impl Shared {
+    /// Whether one more `soak:dispatch` may be sent (counted if so).
+    pub fn may_dispatch(&self) -> bool {
+        self.dispatches
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < DISPATCH_CAP).then_some(n + 1)
+            })
+            .is_ok()
+    }
     pub fn secs(&self) -> f64 {
         self.start.elapsed().as_secs_f64()
     }
@@ -155,9 +172,9 @@ pub fn writer(s: Arc<Shared>, w: usize) {
         let (ws, agent) = agents[rng.below(agents.len())].clone();
         let roots = &s.home.workspaces[ws].roots;
         let directive = match rng.below(100) {
-            0..60 => String::new(),
             60..85 => format!(" soak:msg={}", roots[rng.below(roots.len())]),
-            _ => " soak:dispatch".to_string(),
+            85.. if s.may_dispatch() => " soak:dispatch".to_string(),
+            _ => String::new(),
         };
         let token = format!("soak-dep-{w}-{n}");
         let mut text = format!("soak deposit {token}{directive} via {method}");
@@ -285,7 +302,7 @@ pub fn mailer(s: Arc<Shared>) {
         let from = w.roots[rng.below(w.roots.len())].clone();
         let token = format!("soak-mail-{n}");
         let dir = w.dir.to_string_lossy().into_owned();
-        let body = if rng.below(3) == 0 {
+        let body = if rng.below(3) == 0 && s.may_dispatch() {
             format!("soak mail {token} soak:dispatch")
         } else {
             format!("soak mail {token}")

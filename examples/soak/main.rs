@@ -154,6 +154,7 @@ fn soak(o: &Options) -> Result<bool, String> {
         live: Mutex::new(Vec::new()),
         rss: Mutex::new(Vec::new()),
         acts: AtomicU64::new(0),
+        dispatches: AtomicU64::new(0),
         faults: Mutex::new(Vec::new()),
         children: Mutex::new(Vec::new()),
     });
@@ -291,6 +292,7 @@ fn soak(o: &Options) -> Result<bool, String> {
         },
         "mail": s.mails.lock().len(),
         "acts": s.acts.load(Ordering::SeqCst),
+        "dispatches": s.dispatches.load(Ordering::SeqCst),
         "events": kinds,
         "events_lines": events.lines().count(),
         "requests_timed": reads.calls + status.calls,
@@ -308,8 +310,9 @@ fn soak(o: &Options) -> Result<bool, String> {
     let _ = std::fs::write(out_dir.join(name), &text);
     println!("soak: {} minutes, seed {}", o.minutes, o.seed);
     println!(
-        "  agents: {} at the end; executors live (after 30 s): min {} avg {lavg:.1} max {lmax}",
+        "  agents: {} at the end ({} dispatched); executors live (after 30 s): min {} avg {lavg:.1} max {lmax}",
         agents_now(&s),
+        s.dispatches.load(Ordering::SeqCst),
         if lmin == usize::MAX { 0 } else { lmin }
     );
     println!(
