@@ -273,9 +273,9 @@ pub struct Tree {
     /// `--agent <id>`: the one agent whose view this is.
     confined: Option<String>,
     drafts: Drafts,
-    pages: PageCache,
+    pages: Arc<PageCache>,
     /// Renderings of `response.json` and transcripts ([`records`]).
-    records: Records,
+    records: Arc<Records>,
     /// Change detection on the backing directories answered so far and on the refs;
     /// `None` when inotify is unavailable, and everything is kept only briefly.
     watcher: Option<Watcher>,
@@ -298,6 +298,26 @@ pub struct Tree {
     closing: Arc<Mutex<crate::FastSet<u32>>>,
     /// What modes and owners nodes show, and who may deposit ([`modes`]).
     modes: Modes,
+}
+
+/// The page cache and the renderings' cache, each bounded by `--cache-bytes`: one pair
+/// for a mount, whether it shows one workspace or a home of many (their keys are file
+/// identities and commit ids, which no two workspaces share unless they hold the same
+/// file or commit).
+#[derive(Clone)]
+pub(crate) struct Caches {
+    pages: Arc<PageCache>,
+    records: Arc<Records>,
+}
+
+impl Caches {
+    /// A pair bounded by `bytes` each.
+    pub(crate) fn new(bytes: usize) -> Self {
+        Self {
+            pages: Arc::new(PageCache::new(bytes)),
+            records: Arc::new(Records::new(bytes)),
+        }
+    }
 }
 
 /// A `close(2)` of a draft, as FUSE reports it: the closing thread and the draft's inode
@@ -335,8 +355,8 @@ impl Tree {
             deposits: None,
             confined: None,
             drafts: Drafts::default(),
-            pages: PageCache::new(DEFAULT_PAGE_CACHE_BYTES),
-            records: Records::new(DEFAULT_RECORDS_CACHE_BYTES),
+            pages: Arc::new(PageCache::new(DEFAULT_PAGE_CACHE_BYTES)),
+            records: Arc::new(Records::new(DEFAULT_RECORDS_CACHE_BYTES)),
             watcher: None,
             refs_reported: Mutex::new(None),
             agents_changed: Mutex::new(Default::default()),
@@ -445,10 +465,11 @@ impl Tree {
         self
     }
 
-    /// Bounds what the page cache keeps, and what the renderings keep, in bytes (each).
-    pub(crate) fn with_cache_bytes(mut self, bytes: usize) -> Self {
-        self.pages = PageCache::new(bytes);
-        self.records = Records::new(bytes);
+    /// Keeps its capture indexes and renderings in `caches`, which other trees may
+    /// share: a home's workspaces keep theirs within one bound, the mount's.
+    pub(crate) fn with_caches(mut self, caches: &Caches) -> Self {
+        self.pages = caches.pages.clone();
+        self.records = caches.records.clone();
         self
     }
 

@@ -86,7 +86,8 @@ pub struct MountOptions {
     /// every change answers `EROFS`.
     #[arg(long, alias = "ro")]
     pub read_only: bool,
-    /// The bound of the cache of parsed tool captures, in bytes.
+    /// The bound in bytes of the cache of parsed tool captures, and again of the
+    /// renderings' cache, for the whole mount: a home's workspaces share both.
     #[arg(long, value_name = "N", default_value_t = crate::tree::DEFAULT_PAGE_CACHE_BYTES)]
     pub cache_bytes: usize,
     /// Show only what agent ID may see (its own step records and pending deposits),
@@ -636,6 +637,25 @@ fn warn_if_root_over_others(ws: &Path) {
     }
 }
 
+/// How a home mount opens a workspace's tree: with the mount's options, one pair of
+/// caches for every workspace (`--cache-bytes` bounds the mount, not each workspace),
+/// and its invalidation thread once the session has started.
+fn home_opener(opts: &MountOptions, mnt: &Path, started: &Arc<Started>) -> crate::home::Opener {
+    let (o, m, s) = (opts.clone(), mnt.to_path_buf(), started.clone());
+    let caches = crate::tree::Caches::new(opts.cache_bytes);
+    Box::new(move |ws, workspace, read_only, views| {
+        let tree = Arc::new(
+            workspace_tree(workspace, &m, &o, read_only, Some(views), &caches)
+                .map_err(|e| e.to_string())?,
+        );
+        if let Some((fs, notifier)) = s.get() {
+            fs.invalidator(tree.clone(), Some(ws.clone()))
+                .spawn(notifier.clone());
+        }
+        Ok(tree)
+    })
+}
+
 /// The tree of `workspace` as the mount serves it, with the mount's options: read-only
 /// also when `read_only` (a home's replays); serving `views` when given (a home follows
 /// every workspace's events from discovery, before any tree exists).
@@ -645,6 +665,7 @@ fn workspace_tree(
     opts: &MountOptions,
     read_only: bool,
     views: Option<Arc<Views>>,
+    caches: &crate::tree::Caches,
 ) -> Result<Tree, MountError> {
     let modes = if opts.view_modes {
         crate::tree::Modes::fixed()
@@ -654,7 +675,7 @@ fn workspace_tree(
     let mut tree = Tree::new(workspace.clone())
         .map_err(|e| MountError::Daemon(e.to_string()))?
         .with_modes(modes.with_depositors(&opts.depositors))
-        .with_cache_bytes(opts.cache_bytes)
+        .with_caches(caches)
         .with_witness(Witness::new(mnt));
     if let Some(v) = views {
         tree = tree.sharing_views(v);
@@ -762,7 +783,10 @@ fn serve(
     let (space, source_root, single) = match source {
         Source::Workspace(root) => {
             let workspace = Workspace::open(&root).map_err(MountError::Workspace)?;
-            let tree = Arc::new(workspace_tree(&workspace, &mnt, opts, false, None)?);
+            let caches = crate::tree::Caches::new(opts.cache_bytes);
+            let tree = Arc::new(workspace_tree(
+                &workspace, &mnt, opts, false, None, &caches,
+            )?);
             tree.views().set_prices(prices.clone());
             (Space::One(tree.clone()), root, Some(tree))
         }
@@ -781,18 +805,7 @@ fn serve(
                     opts.sender
                 )));
             }
-            let (o, m, s) = (opts.clone(), mnt.clone(), started.clone());
-            let opener: crate::home::Opener = Box::new(move |ws, workspace, read_only, views| {
-                let tree = Arc::new(
-                    workspace_tree(workspace, &m, &o, read_only, Some(views))
-                        .map_err(|e| e.to_string())?,
-                );
-                if let Some((fs, notifier)) = s.get() {
-                    fs.invalidator(tree.clone(), Some(ws.clone()))
-                        .spawn(notifier.clone());
-                }
-                Ok(tree)
-            });
+            let opener = home_opener(opts, &mnt, &started);
             let home = crate::home::Home::new(root.clone(), shelves, opener);
             home.set_prices(prices.clone());
             home.start();
@@ -901,99 +914,4 @@ fn serve(
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
-    /// A value of every option, each different from its default.
-    pub(crate) fn every_option() -> MountOptions {
-        MountOptions {
-            foreground: true,
-            log_file: Some("/var/log/l og".into()),
-            threads: 7,
-            sender: "20261202T094226Z-0122ccc2".into(),
-            max_message_bytes: 123,
-            harness: Some("/opt/litany".into()),
-            no_wake: true,
-            read_only: true,
-            cache_bytes: 456,
-            agent: Some("20261202T094226Z-0122ccc2".into()),
-            allow_other: true,
-            view_modes: true,
-            depositors: vec![1001, 1002],
-            auto_unmount: true,
-            prices: Some("/etc/prices.json".into()),
-        }
-    }
-
-    #[test]
-    fn every_option_reaches_the_daemon() {
-        use clap::{Args, parser::ValueSource};
-        let all = every_option();
-        let args = all.to_args();
-        assert_eq!(MountOptions::parse_args(&args).unwrap(), all, "{args:?}");
-        // Each option was passed, so none equals its default and none is dropped.
-        let cmd = MountOptions::augment_args(clap::Command::new("mount").no_binary_name(true));
-        let matches = cmd.clone().try_get_matches_from(&args).unwrap();
-        for arg in cmd.get_arguments() {
-            assert_eq!(
-                matches.value_source(arg.get_id().as_str()),
-                Some(ValueSource::CommandLine),
-                "--{} is not passed on",
-                arg.get_id()
-            );
-        }
-        assert_eq!(MountOptions::default().to_args(), Vec::<OsString>::new());
-    }
-
-    #[test]
-    fn defaults_are_the_command_lines() {
-        let d = MountOptions::default();
-        assert_eq!(d.threads, DEFAULT_THREADS);
-        assert_eq!(d.sender, crate::workspace::inbox::USER_SENDER);
-        assert_eq!(
-            d.max_message_bytes,
-            crate::deposit::DEFAULT_MAX_MESSAGE_BYTES
-        );
-        assert_eq!(d.cache_bytes, crate::tree::DEFAULT_PAGE_CACHE_BYTES);
-        assert!(!d.foreground && !d.no_wake && !d.read_only && d.agent.is_none());
-    }
-
-    #[test]
-    fn mountinfo_escapes() {
-        assert_eq!(unescape_octal("/a\\040b"), "/a b");
-        assert_eq!(unescape_octal("/a\\134b"), "/a\\b");
-        assert_eq!(unescape_octal("/plain"), "/plain");
-        assert_eq!(unescape_octal("/trail\\04"), "/trail\\04");
-    }
-
-    #[test]
-    fn preflight_refusals() {
-        let t = tempfile::tempdir().unwrap();
-        let ws = t.path().join("ws");
-        std::fs::create_dir_all(ws.join("repo.git")).unwrap();
-        let not_ws = t.path().join("plain");
-        std::fs::create_dir(&not_ws).unwrap();
-        let mnt = t.path().join("mnt");
-        let err = preflight(&not_ws, &mnt).unwrap_err().to_string();
-        assert!(err.contains("is not a workspace (no repo.git)"), "{err}");
-        assert!(matches!(
-            preflight(&ws, &mnt),
-            Err(MountError::MountpointMissing(_))
-        ));
-        std::fs::write(&mnt, b"").unwrap();
-        assert!(matches!(
-            preflight(&ws, &mnt),
-            Err(MountError::NotADirectory(_))
-        ));
-        std::fs::remove_file(&mnt).unwrap();
-        std::fs::create_dir(&mnt).unwrap();
-        std::fs::write(mnt.join("x"), b"").unwrap();
-        assert!(matches!(preflight(&ws, &mnt), Err(MountError::NotEmpty(_))));
-        std::fs::remove_file(mnt.join("x")).unwrap();
-        assert!(preflight(&ws, &mnt).is_ok());
-        assert!(matches!(
-            preflight(&ws, Path::new("/proc")),
-            Err(MountError::AlreadyMounted(_))
-        ));
-    }
-}
+pub(crate) mod tests;
