@@ -256,26 +256,7 @@ pub fn mounts_under(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// The daemon serving `mnt` (`litanyfs ... --foreground ... MNT`).
-pub fn daemon_pid(mnt: &Path) -> Option<i32> {
-    let want = mnt.as_os_str().as_encoded_bytes();
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
-        if args.first().is_some_and(|a| a.ends_with(b"litanyfs"))
-            && args.contains(&b"--foreground".as_slice())
-            && args.contains(&want)
-        {
-            return Some(pid);
-        }
-    }
-    None
-}
+pub use litanyfs::testing::daemon_pid;
 
 /// Whether `pid` runs (a zombie does not).
 pub fn alive(pid: i32) -> bool {
