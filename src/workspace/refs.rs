@@ -257,6 +257,48 @@ enum ObjectInfo {
 /// The largest blob read whole: a file under `agents/`, a mark, a transcript entry. A
 /// larger one is never read into memory (the view answers `EFBIG`).
 pub(crate) const MAX_BLOB_BYTES: u64 = 32 << 20;
+
+/// What libgit2 keeps of the commits and trees it parsed, over every handle of the
+/// process, counted as it counts (the objects' raw sizes; parsed, they weigh about twice
+/// that). Its own default, 256 MiB, is a daemon's memory slowly taken over by a live
+/// workspace's history: every look at an agent's newest commit adds what no one reads
+/// again. What is read again within a look stays.
+pub(crate) const GIT_OBJECT_CACHE_BYTES: usize = 16 << 20;
+
+/// Sets libgit2's object cache bound to [`GIT_OBJECT_CACHE_BYTES`], once per process,
+/// before the first repository is opened.
+fn bound_object_cache() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        libgit2_sys::init();
+        // SAFETY: a documented option taking one ssize_t, set once before any
+        // repository is opened through this module.
+        let r = unsafe {
+            libgit2_sys::git_libgit2_opts(
+                libgit2_sys::GIT_OPT_SET_CACHE_MAX_SIZE as libc::c_int,
+                GIT_OBJECT_CACHE_BYTES as libc::ssize_t,
+            )
+        };
+        if r != 0 {
+            log::warn!("git: could not bound the object cache (libgit2 said {r})");
+        }
+    });
+}
+
+#[cfg(test)]
+/// libgit2's object cache now: bytes held and the bound, as it counts them.
+pub(crate) fn object_cache() -> (usize, usize) {
+    let (mut now, mut max): (libc::ssize_t, libc::ssize_t) = (0, 0);
+    // SAFETY: the documented option, given two pointers to ssize_t that outlive the call.
+    unsafe {
+        libgit2_sys::git_libgit2_opts(
+            libgit2_sys::GIT_OPT_GET_CACHED_MEMORY as libc::c_int,
+            &mut now as *mut libc::ssize_t,
+            &mut max as *mut libc::ssize_t,
+        );
+    }
+    (now.max(0) as usize, max.max(0) as usize)
+}
 /// The most commits a first-parent walk reads; an older commit is as if it were not
 /// there (a transcript entry it alone dates shows `time unknown`).
 pub(crate) const MAX_HISTORY_COMMITS: usize = 100_000;
@@ -285,6 +327,7 @@ struct Lease<'a> {
 
 impl Pool {
     fn open(&self) -> Result<Repository, GitError> {
+        bound_object_cache();
         git(
             || format!("open {}", self.dir.display()),
             Repository::open_bare(&self.dir),
@@ -810,6 +853,23 @@ fn classify(entry: &git2::TreeEntry<'_>) -> Option<GitEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn opening_a_workspace_bounds_libgit2s_object_cache() {
+        use crate::fixture::Fixture;
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(&t.path().join("ws"), Flavour::Litany).unwrap();
+        let a1 = f.agent("a1", None, &[("notes.md", b"x")]).unwrap();
+        let refs = Refs::open(&f.root().join("repo.git")).unwrap();
+        assert!(refs.snapshot().unwrap().agents.contains_key("a1"));
+        let (held, bound) = object_cache();
+        assert_eq!(
+            bound, GIT_OBJECT_CACHE_BYTES,
+            "libgit2's default is 256 MiB"
+        );
+        assert!(held <= bound, "{held} > {bound}");
+        assert!(a1 != Oid::zero());
+    }
 
     #[test]
     fn a_refs_time_comes_with_its_target() {
