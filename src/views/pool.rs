@@ -12,7 +12,10 @@
 //! descriptor read by one more thread, `litanyfs-top`: a new agent, a message, a branch or
 //! a mark that moves pokes its follower at once. What happens deeper (a step starting, a
 //! tool running) is seen at its next look: once quiet, every [`UNWATCHED_TICK`] rather
-//! than every [`IDLE_TICK`], so an idle home costs little whatever its size. Once its tree
+//! than every [`IDLE_TICK`], so an idle home costs little whatever its size. One found at
+//! rest when first read (no executor holding a lock) is quiet from the start: the looks
+//! of fifty resting workspaces must not compete with the first walk of the one being
+//! opened, and whatever wakes one (a new agent, a moved branch or mark) pokes. Once its tree
 //! watches it ([`Views::refs_watched`]) it is followed as a single mount's.
 
 use std::collections::VecDeque;
@@ -64,8 +67,9 @@ impl TopWatch {
         Some(me)
     }
 
-    /// Watches `views`' workspace's top directories, and each kind of mark.
-    fn add(&self, views: &Arc<Views>) {
+    /// Watches `views`' workspace's top directories, and each kind of mark; whether every
+    /// one of them is watched.
+    fn add(&self, views: &Arc<Views>) -> bool {
         let mask = libc::IN_CREATE
             | libc::IN_DELETE
             | libc::IN_MOVED_FROM
@@ -79,11 +83,16 @@ impl TopWatch {
             dirs.extend(kinds.filter_map(|k| k.ok()).map(|k| k.path()));
         }
         let mut map = self.views.lock();
+        let mut all = true;
         for d in dirs {
-            if let Ok(wd) = self.inotify.add(&d, mask) {
-                map.insert(wd, Arc::downgrade(views));
+            match self.inotify.add(&d, mask) {
+                Ok(wd) => {
+                    map.insert(wd, Arc::downgrade(views));
+                }
+                Err(_) => all = false,
             }
         }
+        all
     }
 }
 
@@ -172,6 +181,9 @@ struct Follower {
     /// making it).
     following: Option<(Scanner, Model)>,
     said: bool,
+    /// Every top directory is watched ([`TopWatch::add`]): a new agent, branch or mark
+    /// pokes the follower.
+    topped: bool,
     quiet: u32,
     /// No look before this (the rest after the last one).
     rested: Instant,
@@ -180,12 +192,13 @@ struct Follower {
 }
 
 impl Follower {
-    fn new(views: Arc<Views>) -> Self {
+    fn new(views: Arc<Views>, topped: bool) -> Self {
         let now = Instant::now();
         Self {
             views,
             following: None,
             said: false,
+            topped,
             quiet: 0,
             rested: now,
             due: now,
@@ -228,6 +241,10 @@ impl Follower {
             None => match self.views.new_scanner() {
                 Ok(mut scanner) => {
                     let model = scanner.scan();
+                    if self.topped && !model.agents.values().any(|a| a.running) {
+                        // Found at rest: nothing to follow closely until something moves.
+                        self.quiet = QUIET_BEFORE_UNWATCHED_TICK;
+                    }
                     self.views.remember_names(&model);
                     histories.push(self.views.clone(), model.clone());
                     self.following = Some((scanner, model));
@@ -345,10 +362,8 @@ impl Pool {
     /// Follows `views` from now on, for as long as anyone else holds them.
     pub(crate) fn add(&self, views: Arc<Views>) {
         let _ = views.pool.set(self.wake.clone());
-        if let Some(top) = &self.top {
-            top.add(&views);
-        }
-        self.followers.lock().push(Follower::new(views));
+        let topped = self.top.as_ref().is_some_and(|top| top.add(&views));
+        self.followers.lock().push(Follower::new(views, topped));
         self.wake.poke();
     }
 }
