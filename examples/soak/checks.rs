@@ -384,7 +384,7 @@ pub fn events(
     let mut counts: HashMap<(&str, &str), usize> = HashMap::new();
     let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
     let mut bad = Vec::new();
-    let mut order: HashMap<String, Vec<String>> = HashMap::new();
+    let mut order: HashMap<String, Vec<u64>> = HashMap::new();
     let mut first_at = None;
     for line in log.lines() {
         let Some((kind, path)) = parse_event(line) else {
@@ -402,7 +402,7 @@ pub fn events(
             order
                 .entry(format!("{kind} {owner}"))
                 .or_default()
-                .push(n[..3.min(n.len())].to_string());
+                .push(sequence_number(n).unwrap_or(0));
         }
     }
     let first = first_at
@@ -463,6 +463,13 @@ pub fn events(
         },
         kinds,
     )
+}
+
+/// The number a step directory or a message file starts with: three digits at least,
+/// and more past 999 (a long-lived root's 1002nd message is `1002-user.md`).
+fn sequence_number(name: &str) -> Option<u64> {
+    let digits = name.bytes().take_while(u8::is_ascii_digit).count();
+    name[..digits].parse().ok()
 }
 
 /// `2026-12-06T23:17:47Z` as a time.
@@ -606,4 +613,27 @@ fn timeless(bytes: &[u8]) -> Vec<u8> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sequence_passes_999_in_order() {
+        // The soak's 30-minute runs read `999-user.md` then `1002-user.md` as out of
+        // order when the check compared the first three characters.
+        let names = [
+            "998-user.md",
+            "999-user.md",
+            "1002-user.md",
+            "1010-x.md",
+            "1011",
+        ];
+        let seq: Vec<u64> = names.iter().filter_map(|n| sequence_number(n)).collect();
+        assert_eq!(seq, [998, 999, 1002, 1010, 1011]);
+        assert!(seq.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(sequence_number("user.md"), None);
+        assert_eq!(sequence_number("007"), Some(7));
+    }
 }
