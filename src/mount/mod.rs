@@ -496,7 +496,8 @@ fn notify(state: &[NotifyState]) {
 }
 
 /// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and so in every thread started after
-/// it), and starts a thread that unmounts `mnt` when one arrives.
+/// it), and starts a thread that unmounts `mnt` when one arrives and, between signals,
+/// gives the heap's free pages back every [`TRIM_EVERY`].
 fn handle_signals(mnt: PathBuf) {
     // SAFETY: sigset manipulation on a local set; pthread_sigmask on the current thread.
     let set = unsafe {
@@ -511,10 +512,17 @@ fn handle_signals(mnt: PathBuf) {
     let spawned = std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
+            let every = libc::timespec {
+                tv_sec: TRIM_EVERY.as_secs() as libc::time_t,
+                tv_nsec: 0,
+            };
             loop {
-                let mut sig = 0;
-                // SAFETY: `set` is a valid, initialised signal set.
-                if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+                // SAFETY: `set` is a valid, initialised signal set; no siginfo is asked
+                // for; `every` outlives the call.
+                let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &every) };
+                if sig < 0 {
+                    // The time passed (EAGAIN) or a stray signal came (EINTR).
+                    trim_heap();
                     continue;
                 }
                 log::info!("signal {sig}: unmounting {}", mnt.display());
@@ -608,6 +616,22 @@ fn raise_fd_limit() {
 /// default (a threshold that rises after each such free) kept them in the heap, so a
 /// burst of large messages left the daemon holding their memory long after.
 const MMAP_THRESHOLD: libc::c_int = 256 << 10;
+
+/// How often the daemon hands the pages its heap holds free back to the system. glibc
+/// returns only what is free at the top of each arena by itself; what the request
+/// threads free inside their arenas stays counted in the RSS (in the soak, one
+/// `malloc_trim` took a daemon of 164 MiB to 152 MiB).
+const TRIM_EVERY: Duration = Duration::from_secs(10);
+
+/// `malloc_trim(0)`: every arena's whole free pages given back (`MADV_DONTNEED`); a
+/// few milliseconds on the signal thread, which has nothing else to do.
+fn trim_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases memory the allocator holds free.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
 
 /// Fixes glibc's mmap threshold at [`MMAP_THRESHOLD`] (see there).
 fn return_large_allocations() {
