@@ -26,6 +26,8 @@ struct Options {
     seed: u64,
     ctl: bool,
     keep: bool,
+    /// The mount's `--cache-bytes`, when not the default.
+    cache_bytes: Option<u64>,
 }
 
 fn options() -> Result<Options, String> {
@@ -38,6 +40,7 @@ fn options() -> Result<Options, String> {
             .unwrap_or(1),
         ctl: true,
         keep: false,
+        cache_bytes: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -60,9 +63,17 @@ fn options() -> Result<Options, String> {
             }
             "--cli" => o.ctl = false,
             "--keep" => o.keep = true,
+            "--cache-bytes" => {
+                o.cache_bytes = Some(
+                    args.next()
+                        .and_then(|v| v.parse().ok())
+                        .ok_or("--cache-bytes needs a number")?,
+                )
+            }
             _ => {
                 return Err(format!(
-                    "unknown argument {a:?} (--quick, --minutes N, --seed N, --cli, --keep)"
+                    "unknown argument {a:?} (--quick, --minutes N, --seed N, --cli, --keep, \
+                     --cache-bytes N)"
                 ));
             }
         }
@@ -131,6 +142,7 @@ fn soak(o: &Options) -> Result<bool, String> {
         source: home.dir.clone(),
         litany: litany.clone(),
         tmp: tmpfs.0.clone(),
+        cache_bytes: o.cache_bytes,
         generation: AtomicU64::new(0),
         since: Mutex::new(Instant::now()),
     };
@@ -280,6 +292,7 @@ fn soak(o: &Options) -> Result<bool, String> {
     let report = serde_json::json!({
         "mode": if o.quick { "quick" } else { "full" },
         "minutes": o.minutes,
+        "cache_bytes": o.cache_bytes,
         "seed": o.seed,
         "workspaces": nws,
         "roots_per_workspace": roots,

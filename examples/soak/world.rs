@@ -297,6 +297,8 @@ pub struct Mount {
     pub source: PathBuf,
     pub litany: PathBuf,
     pub tmp: PathBuf,
+    /// `--cache-bytes` for the daemon, when not its default.
+    pub cache_bytes: Option<u64>,
     /// Bumped at each (re)mount; the threads use it to restart what a remount ends.
     pub generation: AtomicU64,
     /// When the current generation was mounted.
@@ -305,8 +307,12 @@ pub struct Mount {
 
 impl Mount {
     pub fn mount(&self) -> Result<(), String> {
-        let out = Command::new(&self.bin)
-            .arg("mount")
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("mount");
+        if let Some(b) = self.cache_bytes {
+            cmd.arg("--cache-bytes").arg(b.to_string());
+        }
+        let out = cmd
             .arg(&self.source)
             .arg(&self.mnt)
             .arg("--log-file")
