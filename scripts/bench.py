@@ -973,6 +973,20 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def home_settled(mnt, quiet=2.0, timeout=300):
+    """Waits until the root's `events` has not grown for `quiet` seconds: every
+    workspace's history is in, and the daemon is at rest. The seconds it took."""
+    t, last, since = time.perf_counter(), -1, time.perf_counter()
+    while time.perf_counter() - t < timeout:
+        size = os.stat(mnt / "events").st_size
+        if size != last:
+            last, since = size, time.perf_counter()
+        elif time.perf_counter() - since >= quiet:
+            return time.perf_counter() - t
+        time.sleep(0.05)
+    raise RuntimeError("events never settled")
+
+
 def bench_home(tmp):
     """A home of many workspaces: a walk of one inside it against a single mount of it,
     `cat status` over all of them against the same facts gathered natively, what the
@@ -991,19 +1005,6 @@ def bench_home(tmp):
         drop_caches()
         return timed(walk, root)[0]
 
-    def settled(mnt, quiet=2.0, timeout=300):
-        """Waits until the root's `events` has not grown for `quiet` seconds: every
-        workspace's history is in, and the daemon is at rest."""
-        t, last, since = time.perf_counter(), -1, time.perf_counter()
-        while time.perf_counter() - t < timeout:
-            size = os.stat(mnt / "events").st_size
-            if size != last:
-                last, since = size, time.perf_counter()
-            elif time.perf_counter() - since >= quiet:
-                return time.perf_counter() - t
-            time.sleep(0.05)
-        raise RuntimeError("events never settled")
-
     # Alternated: a single mount of ws00, then the home mount's ws00, each mounted fresh
     # and walked once its histories are in (a walk beside 50 histories being read would
     # measure the histories).
@@ -1012,12 +1013,12 @@ def bench_home(tmp):
         for which in (("single", "home") if r % 2 == 0 else ("home", "single")):
             if which == "single":
                 mount(one, smnt)
-                settled(smnt)
+                home_settled(smnt)
                 single.append(walk_in(smnt))
                 unmount(smnt)
             else:
                 mount(home, hmnt)
-                settle.append(settled(hmnt))
+                settle.append(home_settled(hmnt))
                 inside.append(walk_in(hmnt / one.name))
                 unmount(hmnt)
     s, h = statistics.median(single), statistics.median(inside)
@@ -1048,7 +1049,7 @@ def bench_home(tmp):
     row(f"home: first cat status over {count * agents} agents, s", round(first, 3), round(nat, 3), round(first / nat, 2), lambda r: r <= 2.0, " s", f"then {round(warm, 3)} s; anchor: the same facts gathered natively, spend included (status_facts, median of 3); target 2x; against refs and listings alone ({round(lst, 3)} s) {round(first / lst, 2)}x")
     # Idle: nothing changes; the daemon's CPU over a while, once the histories are in and
     # the followers of the unopened workspaces have slowed to their long tick.
-    settled(hmnt)
+    home_settled(hmnt)
     time.sleep(6)
     idle = 10 if QUICK else 30
     c0 = cpu_seconds(pid) if pid else None

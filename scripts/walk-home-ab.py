@@ -28,29 +28,16 @@ HOME = BASE / "home"
 ROUNDS = int(os.environ.get("ROUNDS", "4"))
 
 
-def cpu(pid, comm=None):
-    """CPU seconds of the daemon's threads (those named `comm…` only, when given)."""
+def thread_cpu(pid, comm):
+    """CPU seconds of the daemon's threads named `comm…`."""
     total = 0.0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            if comm and not Path(f"/proc/{pid}/task/{tid}/comm").read_text().startswith(comm):
-                continue
-            f = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+            if Path(f"/proc/{pid}/task/{tid}/comm").read_text().startswith(comm):
+                total += bench.cpu_seconds(f"{pid}/task/{tid}")
         except OSError:
             pass
     return total
-
-
-def settle(mnt):
-    last, since = -1, time.time()
-    while True:
-        size = os.stat(mnt / "events").st_size
-        if size != last:
-            last, since = size, time.time()
-        elif time.time() - since > 2:
-            return
-        time.sleep(0.05)
 
 
 def main():
@@ -72,14 +59,16 @@ def main():
             mnt.mkdir(exist_ok=True)
             subprocess.run([bins[k], "mount", str(src), str(mnt), "--log-file", str(BASE / f"{which}.log")], check=True, capture_output=True)
             try:
-                settle(mnt)
+                bench.home_settled(mnt)
                 root = mnt if which == "single" else mnt / "ws00"
                 pid = bench.daemon_pid(mnt)
                 bench.drop_caches()
-                c0, f0, t0 = cpu(pid), cpu(pid, "litanyfs-follow"), time.perf_counter()
+                c0, f0 = bench.cpu_seconds(pid), thread_cpu(pid, "litanyfs-follow")
+                t0 = time.perf_counter()
                 bench.walk(root)
                 dt = time.perf_counter() - t0
-                res.setdefault((k, which), []).append((dt, cpu(pid) - c0, cpu(pid, "litanyfs-follow") - f0))
+                c1, f1 = bench.cpu_seconds(pid), thread_cpu(pid, "litanyfs-follow")
+                res.setdefault((k, which), []).append((dt, c1 - c0, f1 - f0))
             finally:
                 subprocess.run([bins[k], "unmount", str(mnt)], capture_output=True)
                 time.sleep(0.3)

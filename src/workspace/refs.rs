@@ -285,8 +285,8 @@ fn bound_object_cache() {
     });
 }
 
-#[cfg(test)]
 /// libgit2's object cache now: bytes held and the bound, as it counts them.
+#[cfg(test)]
 pub(crate) fn object_cache() -> (usize, usize) {
     let (mut now, mut max): (libc::ssize_t, libc::ssize_t) = (0, 0);
     // SAFETY: the documented option, given two pointers to ssize_t that outlive the call.
