@@ -4,7 +4,8 @@
 //! reply: inode numbers come from the [`InodeTable`], open files and listings live in
 //! [`Handles`], and every refusal is answered with the tree's errno and logged once with
 //! the path and the reason. A handler that panicked would take the mount down with it,
-//! so each runs under [`guarded`], which turns a panic into EIO and a log line.
+//! so each runs under [`State::guarded`], which turns a panic into EIO and a log line
+//! (and logs a handler slower than [`SLOW_REQUEST`]).
 
 mod acts;
 mod handles;
@@ -20,7 +21,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
@@ -85,12 +86,9 @@ impl std::ops::Deref for Fs {
     }
 }
 
-/// Runs a handler, answering EIO (through the dropped reply) if it panics.
-fn guarded(op: &str, f: impl FnOnce()) {
-    if catch_unwind(AssertUnwindSafe(f)).is_err() {
-        log::error!("{op}: handler panicked; answered EIO");
-    }
-}
+/// A handler that takes this long is logged ([`State::guarded`]): a reader that waited
+/// can tell the daemon's time from its own wait for a CPU or for a request thread.
+pub(crate) const SLOW_REQUEST: Duration = Duration::from_millis(250);
 
 fn errno(e: &TreeError) -> Errno {
     Errno::from_i32(e.errno())
@@ -227,6 +225,23 @@ impl State {
         self.inodes
             .get(ino.0)
             .ok_or_else(|| TreeError::not_found(format!("inode {}", ino.0)))
+    }
+
+    /// Runs a handler for a request on `ino`, answering EIO (through the dropped reply)
+    /// if it panics, and logging it with its path if it took [`SLOW_REQUEST`] or more.
+    fn guarded(&self, op: &str, ino: INodeNo, f: impl FnOnce()) {
+        let at = Instant::now();
+        if catch_unwind(AssertUnwindSafe(f)).is_err() {
+            log::error!("{op} {}: handler panicked; answered EIO", self.path(ino));
+        }
+        let took = at.elapsed();
+        if took >= SLOW_REQUEST {
+            log::warn!(
+                "{op} {}: slow: answered in {} ms",
+                self.path(ino),
+                took.as_millis()
+            );
+        }
     }
 
     /// The mount-relative path of `ino`, for log lines.
@@ -382,7 +397,7 @@ impl Filesystem for Fs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        guarded("lookup", || {
+        self.guarded("lookup", parent, || {
             match self
                 .node(parent)
                 .and_then(|(p, _)| self.space.lookup(&p, name))
@@ -402,7 +417,7 @@ impl Filesystem for Fs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        guarded("getattr", || {
+        self.guarded("getattr", ino, || {
             let answer = self.node(ino).and_then(|(node, identity)| {
                 match fh.and_then(|fh| self.handles.get(fh.0)) {
                     Some(h) => self.space.stat_open(&node, &identity, &h.content),
@@ -417,7 +432,7 @@ impl Filesystem for Fs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        guarded("readlink", || {
+        self.guarded("readlink", ino, || {
             match self.node(ino).and_then(|(n, _)| self.space.readlink(&n)) {
                 Ok(target) => reply.data(&target),
                 Err(e) => reply.error(refuse("readlink", &e)),
@@ -427,7 +442,7 @@ impl Filesystem for Fs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let by = req.pid();
-        guarded("open", || {
+        self.guarded("open", ino, || {
             let truncate = flags.0 & libc::O_TRUNC != 0;
             let mode = if flags.acc_mode() != OpenAccMode::O_RDONLY || truncate {
                 OpenMode::Write { truncate, by }
@@ -455,7 +470,7 @@ impl Filesystem for Fs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        guarded("read", || {
+        self.guarded("read", ino, || {
             let Some(h) = self.handles.get(fh.0) else {
                 return reply.error(Errno::EBADF);
             };
@@ -484,7 +499,7 @@ impl Filesystem for Fs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        guarded("release", || {
+        self.guarded("release", ino, || {
             if let Some(h) = self.handles.remove(fh.0)
                 && let Ok((node, _)) = self.node(ino)
             {
@@ -505,7 +520,7 @@ impl Filesystem for Fs {
         reply: ReplyEmpty,
     ) {
         let pid = req.pid();
-        guarded("flush", || {
+        self.guarded("flush", ino, || {
             let Some(h) = self.handles.get(fh.0) else {
                 return reply.error(Errno::EBADF);
             };
@@ -549,7 +564,7 @@ impl Filesystem for Fs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        guarded("readdir", || {
+        self.guarded("readdir", ino, || {
             let reader = (ino.0, req.pid());
             let filled = self.fill(reader, offset, |next, entry| match entry {
                 Entry::Dot(name) => reply.add(ino, next, FileType::Directory, name),
@@ -573,7 +588,7 @@ impl Filesystem for Fs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        guarded("readdirplus", || {
+        self.guarded("readdirplus", ino, || {
             // The kernel skips "." and ".." in a readdirplus reply (it links neither, and
             // counts no lookup for them), so their attributes are never read: a
             // placeholder saves a stat per call.
@@ -617,7 +632,7 @@ impl Filesystem for Fs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        guarded("statfs", || {
+        self.guarded("statfs", INodeNo(ROOT_INO), || {
             let root = self.space.root();
             match statvfs(root) {
                 Ok(s) => reply.statfs(
@@ -636,7 +651,7 @@ impl Filesystem for Fs {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        guarded("access", || {
+        self.guarded("access", ino, || {
             let answer = self.node(ino).and_then(|(node, identity)| {
                 let (attr, _) = self.space.stat(&node, &identity)?;
                 Ok((node, attr))
@@ -652,7 +667,7 @@ impl Filesystem for Fs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        guarded("getxattr", || {
+        self.guarded("getxattr", ino, || {
             let attrs = match self.node(ino).and_then(|(n, _)| self.space.xattrs(&n)) {
                 Ok(a) => a,
                 Err(e) => return reply.error(refuse("getxattr", &e)),
@@ -667,7 +682,7 @@ impl Filesystem for Fs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        guarded("listxattr", || {
+        self.guarded("listxattr", ino, || {
             let attrs = match self.node(ino).and_then(|(n, _)| self.space.xattrs(&n)) {
                 Ok(a) => a,
                 Err(e) => return reply.error(refuse("listxattr", &e)),
@@ -709,7 +724,7 @@ impl Filesystem for Fs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        guarded("setattr", || {
+        self.guarded("setattr", ino, || {
             let time = |t: Option<TimeOrNow>| {
                 t.map(|t| match t {
                     TimeOrNow::SpecificTime(t) => t,
@@ -764,7 +779,7 @@ impl Filesystem for Fs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        guarded("unlink", || {
+        self.guarded("unlink", parent, || {
             match self
                 .node(parent)
                 .and_then(|(p, _)| self.space.unlink(&p, name))
@@ -800,7 +815,7 @@ impl Filesystem for Fs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        guarded("rename", || {
+        self.guarded("rename", parent, || {
             let done = self.node(parent).and_then(|(p, _)| {
                 let (np, _) = self.node(newparent)?;
                 self.space.rename(&p, name, &np, newname, flags.bits())
@@ -836,7 +851,7 @@ impl Filesystem for Fs {
     ) {
         let by = req.pid();
         let owner = Some((req.uid(), req.gid()));
-        guarded("create", || {
+        self.guarded("create", parent, || {
             let made = self.node(parent).and_then(|(p, _)| {
                 let (node, attr) = self.space.create(&p, name, owner)?;
                 let mode = OpenMode::Write {
@@ -884,7 +899,7 @@ impl Filesystem for Fs {
             pid: req.pid(),
             uid: req.uid(),
         };
-        guarded("write", || {
+        self.guarded("write", ino, || {
             let writing = match self.node(ino) {
                 Ok((n, _)) => self.space.write_start(&n, offset, data, writer),
                 Err(e) => Writing::Done(Err(e)),
