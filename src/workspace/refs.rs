@@ -262,8 +262,11 @@ pub(crate) const MAX_BLOB_BYTES: u64 = 32 << 20;
 /// process, counted as it counts (the objects' raw sizes; parsed, they weigh about twice
 /// that). Its own default, 256 MiB, is a daemon's memory slowly taken over by a live
 /// workspace's history: every look at an agent's newest commit adds what no one reads
-/// again. What is read again within a look stays.
-pub(crate) const GIT_OBJECT_CACHE_BYTES: usize = 16 << 20;
+/// again. What is read again within a look stays: each agent's newest commit and its
+/// small trees (libgit2 keeps no tree over 4 KiB), a few KiB an agent. At 16 MiB the
+/// cache was still filling 20 minutes into a soak (doc/TESTING.md), which no one could
+/// tell from a leak.
+pub(crate) const GIT_OBJECT_CACHE_BYTES: usize = 4 << 20;
 
 /// Sets libgit2's object cache bound to [`GIT_OBJECT_CACHE_BYTES`], once per process,
 /// before the first repository is opened.
