@@ -95,7 +95,10 @@ pub struct Shared {
     pub live: Mutex<Vec<(f64, usize)>>,
     /// `(seconds, generation, KiB)`.
     pub rss: Mutex<Vec<(f64, u64, u64)>>,
+    /// Stops of the acted roots followed by a nudge (and a fork when litany declined).
     pub acts: AtomicU64,
+    /// Acted roots forked from their history: stopped where litany would not go on.
+    pub forks: AtomicU64,
     /// `soak:dispatch` directives sent so far (at most [`DISPATCH_CAP`]).
     pub dispatches: AtomicU64,
     pub faults: Mutex<Vec<(f64, String)>>,
@@ -539,26 +542,48 @@ pub fn sampler(s: Arc<Shared>) {
     }
 }
 
-/// Stops a random agent and starts it again a few seconds later: through
-/// `steps/<id>/ctl` (`stop`, then `nudge`, which is `EBUSY` when mail has woken it
-/// already), or with `--cli` through `litany stop` and `litany advance`.
+/// Stops an agent mid-turn and starts it again, every 45 s (quick: 20 s): a message to
+/// its workspace's acted root (through the mount) starts a turn; once an executor holds
+/// the agent, 0-4 s later it is stopped through `steps/<id>/ctl` (`stop`) and 3 s after
+/// that nudged (`nudge`; `EBUSY` when it is live again already), or with `--cli` through
+/// `litany stop` and `litany advance`. A stop during the turn's tool leaves a branch
+/// litany declines to advance (its tool's side effects are not replayable): an agent
+/// not live 5 s after the nudge is forked from its history (`litany prompt --from`), as
+/// litany says to, and the fork is the acted root from then on.
 pub fn actor(s: Arc<Shared>) {
     let mut rng = Rng::new(s.seed ^ 0xac7);
     let period = if s.quick { 20 } else { 45 };
+    let mut acted: Vec<String> = s.home.workspaces.iter().map(|w| w.acted.clone()).collect();
     s.nap(Duration::from_secs(period));
+    let mut n = 0;
     while !s.stopped() {
-        let agents = s.home.agents();
-        let (ws, id) = agents[rng.below(agents.len())].clone();
+        n += 1;
+        let ws = rng.below(acted.len());
+        let id = acted[ws].clone();
         let w = &s.home.workspaces[ws];
         let dir = w.dir.to_string_lossy().into_owned();
-        let ctl = s.mnt().join(&w.name).join("steps").join(&id).join("ctl");
+        let wsp = s.mnt().join(&w.name);
+        let note = wsp
+            .join("inbox")
+            .join(&id)
+            .join(format!("note-soak-act-{n}"));
+        if std::fs::write(&note, format!("soak act {n}\n")).is_err() {
+            s.nap(Duration::from_secs(period));
+            continue;
+        }
+        let began = Instant::now();
+        while !world::is_live(&w.dir, &id) && began.elapsed() < Duration::from_secs(10) {
+            s.nap(Duration::from_millis(100));
+        }
+        s.nap(Duration::from_millis(rng.below(4000) as u64));
+        let ctl = wsp.join("steps").join(&id).join("ctl");
         let stopped = if s.ctl {
             std::fs::write(&ctl, "stop\n").is_ok()
         } else {
             s.home.run(&["stop", &dir, &id]).is_ok()
         };
         s.nap(Duration::from_secs(3));
-        let restarted = if s.ctl {
+        let nudged = if s.ctl {
             match std::fs::write(&ctl, "nudge\n") {
                 Ok(()) => true,
                 Err(e) => e.raw_os_error() == Some(libc::EBUSY),
@@ -578,7 +603,26 @@ pub fn actor(s: Arc<Shared>) {
                 Err(_) => false,
             }
         };
-        if stopped && restarted {
+        s.nap(Duration::from_secs(5));
+        let mut how = "nudged";
+        if !world::is_live(&w.dir, &id) {
+            let from = format!("refs/heads/agents/{id}");
+            match s
+                .home
+                .run(&["prompt", &dir, "soak:quiet resumed", "--from", &from])
+            {
+                Ok(fork) => {
+                    acted[ws] = fork.trim().to_string();
+                    how = "forked";
+                    s.forks.fetch_add(1, Ordering::SeqCst);
+                }
+                Err(e) => {
+                    s.fault(format!("could not fork {id} from its history: {e}"));
+                    how = "";
+                }
+            }
+        }
+        if stopped && nudged && !how.is_empty() {
             s.acts.fetch_add(1, Ordering::SeqCst);
         }
         s.nap(Duration::from_secs(period));

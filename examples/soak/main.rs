@@ -20,6 +20,9 @@ use load::Shared;
 use parking_lot::Mutex;
 use world::{Home, LoweredQueue, Mount, Rng, Tmpfs};
 
+/// Agents the issue asks to be live (an executor running) at any time of a full run.
+const LIVE_AT_LEAST: usize = 20;
+
 struct Options {
     quick: bool,
     minutes: f64,
@@ -121,8 +124,9 @@ fn soak(o: &Options) -> Result<bool, String> {
         .map_err(|e| e.to_string())?;
     let dir = root.path().to_path_buf();
     let before_tmp = tmp_litanyfs_files();
-    // Full: 3 workspaces of 8 roots (24, plus their children); quick: 2 of 6.
-    let (nws, roots) = if o.quick { (2, 6) } else { (3, 8) };
+    // Full: 3 workspaces of 10 roots (30, plus their children: LIVE_AT_LEAST live with room
+    // to spare, as each root is idle between its messages); quick: 2 of 6.
+    let (nws, roots) = if o.quick { (2, 6) } else { (3, 10) };
     let duration = Duration::from_secs_f64(o.minutes * 60.0);
     eprintln!(
         "soak: {} minutes, seed {}, {nws} workspaces x {roots} roots, in {}",
@@ -166,6 +170,7 @@ fn soak(o: &Options) -> Result<bool, String> {
         live: Mutex::new(Vec::new()),
         rss: Mutex::new(Vec::new()),
         acts: AtomicU64::new(0),
+        forks: AtomicU64::new(0),
         dispatches: AtomicU64::new(0),
         faults: Mutex::new(Vec::new()),
         children: Mutex::new(Vec::new()),
@@ -251,6 +256,9 @@ fn soak(o: &Options) -> Result<bool, String> {
             &reads.longest[..reads.longest.len().min(3)]
         ),
     });
+    // The daemon's own account of its slow handlers (`SLOW_REQUEST`): a call the reader
+    // timed long and the daemon did not answered late for want of a CPU or a thread.
+    let slow = daemon_slow(&s.mount.log);
     let rss = s.rss.lock().clone();
     all.push(rss_check(&rss, &s, o.quick));
     let live = s.live.lock().clone();
@@ -258,7 +266,10 @@ fn soak(o: &Options) -> Result<bool, String> {
     let (lmin, lmax) = warm
         .clone()
         .fold((usize::MAX, 0), |(a, b), v| (a.min(v), b.max(v)));
-    let lavg = warm.clone().sum::<usize>() as f64 / warm.count().max(1) as f64;
+    let lavg = warm.clone().sum::<usize>() as f64 / warm.clone().count().max(1) as f64;
+    // The issue asks for at least LIVE_AT_LEAST agents live at any time: how often not.
+    let samples = warm.clone().count();
+    let below = warm.filter(|&v| v < LIVE_AT_LEAST).count();
 
     // Take everything down, then look for what is left.
     let unmounted = s.mount.unmount();
@@ -297,7 +308,11 @@ fn soak(o: &Options) -> Result<bool, String> {
         "workspaces": nws,
         "roots_per_workspace": roots,
         "agents_at_end": agents_now(&s),
-        "live_executors": {"min": if lmin == usize::MAX { 0 } else { lmin }, "avg": lavg, "max": lmax},
+        "live_executors": {
+            "min": if lmin == usize::MAX { 0 } else { lmin }, "avg": lavg, "max": lmax,
+            "samples": samples, "below_at_least": below, "at_least": LIVE_AT_LEAST,
+        },
+        "live_curve": live,
         "deposits": {
             "written": deposits.len(),
             "close_ok": deposits.iter().filter(|d| d.ok).count(),
@@ -305,6 +320,7 @@ fn soak(o: &Options) -> Result<bool, String> {
         },
         "mail": s.mails.lock().len(),
         "acts": s.acts.load(Ordering::SeqCst),
+        "forks": s.forks.load(Ordering::SeqCst),
         "dispatches": s.dispatches.load(Ordering::SeqCst),
         "events": kinds,
         "events_lines": events.lines().count(),
@@ -312,6 +328,7 @@ fn soak(o: &Options) -> Result<bool, String> {
         "status_reads": status.calls,
         "longest_request_s": longest,
         "slowest": reads.longest,
+        "daemon_slow": {"count": slow.0, "slowest": slow.1},
         "grep_runs": s.greps.lock().calls,
         "longest_grep_s": s.greps.lock().max(),
         "rss_kib": rss,
@@ -323,22 +340,26 @@ fn soak(o: &Options) -> Result<bool, String> {
     let _ = std::fs::write(out_dir.join(name), &text);
     println!("soak: {} minutes, seed {}", o.minutes, o.seed);
     println!(
-        "  agents: {} at the end ({} dispatched); executors live (after 30 s): min {} avg {lavg:.1} max {lmax}",
+        "  agents: {} at the end ({} dispatched); executors live (after 30 s): min {} avg {lavg:.1} max {lmax}, under {LIVE_AT_LEAST} in {below} of {samples} samples",
         agents_now(&s),
         s.dispatches.load(Ordering::SeqCst),
         if lmin == usize::MAX { 0 } else { lmin }
     );
     println!(
-        "  deposits: {} written, {} closed with 0; mail {}; stops+restarts {}",
+        "  deposits: {} written, {} closed with 0; mail {}; stops+restarts {} ({} forked)",
         deposits.len(),
         deposits.iter().filter(|d| d.ok).count(),
         s.mails.lock().len(),
-        s.acts.load(Ordering::SeqCst)
+        s.acts.load(Ordering::SeqCst),
+        s.forks.load(Ordering::SeqCst)
     );
     println!(
-        "  requests timed {}, longest {longest:.3} s; events {} lines",
+        "  requests timed {}, longest {longest:.3} s; events {} lines; the daemon logged {} \
+         handlers slower than 250 ms, the slowest {} ms",
         reads.calls + status.calls,
-        events.lines().count()
+        events.lines().count(),
+        slow.0,
+        slow.1.first().map_or(0, |l| l.0)
     );
     for (t, f) in s.faults.lock().iter() {
         println!("  fault at {t:.0}s: {f}");
@@ -629,4 +650,22 @@ fn watches_on(dir: &Path) -> usize {
         }
     }
     n
+}
+
+/// The handlers the daemon logged as slow: how many, and the ten slowest (milliseconds,
+/// the log line).
+fn daemon_slow(log: &Path) -> (usize, Vec<(u64, String)>) {
+    const MARK: &str = ": slow: answered in ";
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut all: Vec<(u64, String)> = text
+        .lines()
+        .filter_map(|l| {
+            let ms = l.split(MARK).nth(1)?.split(' ').next()?.parse().ok()?;
+            Some((ms, l.to_string()))
+        })
+        .collect();
+    all.sort_by_key(|l| std::cmp::Reverse(l.0));
+    let n = all.len();
+    all.truncate(10);
+    (n, all)
 }

@@ -59,6 +59,11 @@ pub struct Workspace {
     pub name: String,
     pub dir: PathBuf,
     pub roots: Vec<String>,
+    /// The root the actor stops and starts again, which nothing else writes to: a stop
+    /// mid-tool leaves a root litany will not advance again (ARCH §6 in its words), so
+    /// the writers' roots are never stopped, and this one is forked from its history
+    /// when that happens.
+    pub acted: String,
 }
 
 /// The scratch litany home (`LITANY_HOME`): config and data root in one.
@@ -133,7 +138,20 @@ impl Home {
                 ])?;
                 ids.push(id.trim().to_string());
             }
+            let acted = home
+                .run(&[
+                    "prompt",
+                    &ws,
+                    "soak:quiet hello",
+                    "--name",
+                    &format!("W{w}S"),
+                    "--config",
+                    "quiet",
+                ])?
+                .trim()
+                .to_string();
             home.workspaces.push(Workspace {
+                acted,
                 name: path
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
@@ -213,27 +231,40 @@ pub fn processes_under(dir: &Path) -> Vec<(u32, String)> {
 /// Inbox directories of the workspaces that some process holds a flock on (an executor
 /// at work), from `/proc/locks`, never probed.
 pub fn locked_inboxes(workspaces: &[Workspace]) -> usize {
-    let mut want = std::collections::HashSet::new();
-    for w in workspaces {
-        if let Ok(rd) = std::fs::read_dir(w.dir.join("inbox")) {
-            for e in rd.flatten() {
-                if let Ok(m) = std::fs::metadata(e.path()) {
-                    let dev = m.dev();
-                    let major = (dev >> 8) & 0xfff;
-                    let minor = (dev & 0xff) | ((dev >> 12) & 0xfff00);
-                    want.insert(format!("{major:02x}:{minor:02x}:{}", m.ino()));
-                }
-            }
-        }
-    }
+    let locked = flocked();
+    workspaces
+        .iter()
+        .filter_map(|w| std::fs::read_dir(w.dir.join("inbox")).ok())
+        .flat_map(|rd| rd.flatten())
+        .filter(|e| lock_key(&e.path()).is_some_and(|k| locked.contains(&k)))
+        .count()
+}
+
+/// Whether agent `id` of the workspace at `dir` is live: an executor holds its inbox's
+/// lock.
+pub fn is_live(dir: &Path, id: &str) -> bool {
+    lock_key(&dir.join("inbox").join(id)).is_some_and(|k| flocked().contains(&k))
+}
+
+/// How `/proc/locks` names the file at `path` (`major:minor:inode`, in hex).
+fn lock_key(path: &Path) -> Option<String> {
+    let m = std::fs::metadata(path).ok()?;
+    let dev = m.dev();
+    let major = (dev >> 8) & 0xfff;
+    let minor = (dev & 0xff) | ((dev >> 12) & 0xfff00);
+    Some(format!("{major:02x}:{minor:02x}:{}", m.ino()))
+}
+
+/// The files some process holds a `flock` on now, as [`lock_key`] names them.
+fn flocked() -> std::collections::HashSet<String> {
     let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
     locks
         .lines()
-        .filter(|l| {
+        .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            f.get(1) == Some(&"FLOCK") && f.get(5).is_some_and(|k| want.contains(*k))
+            (f.get(1) == Some(&"FLOCK")).then(|| f.get(5).map(|k| k.to_string()))?
         })
-        .count()
+        .collect()
 }
 
 pub fn is_mounted(mnt: &Path) -> bool {
