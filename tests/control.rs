@@ -448,6 +448,37 @@ fn nudge_runs_a_step_and_interrupt_redirects_a_hung_agent() {
 }
 
 #[test]
+fn a_nudge_whose_driver_is_declined_at_once_fails_at_the_write() {
+    let Some(lab) = Lab::new() else { return };
+    let id = lab.prompt("Rest", "hello");
+    // A harness whose `advance` declines at once, as litany 0.0.15 does for a branch
+    // stopped in the middle of a tool (the soak met it: the nudge said "ok", the agent
+    // never ran again). `advance -- WS ID`: the id is $4.
+    let decline = lab.home.join("bin/declining-litany");
+    script(
+        &decline,
+        Some("echo \"litany advance: branch $4: this is declined (test)\" >&2\nexit 1\n"),
+    );
+    let m = Mounted::with_env(
+        &lab.ws,
+        &["--harness", decline.to_str().unwrap()],
+        &[("LITANY_HOME", lab.home.as_os_str())],
+    );
+    let (ok, err) = echo(&ctl(&m, &id), "nudge");
+    assert!(!ok && err.contains("Input/output error"), "nudge: {err}");
+    let log = std::fs::read_to_string(lab.ws.join("steps").join(&id).join("driver.log"))
+        .unwrap_or_default();
+    assert!(
+        log.contains(&format!("branch {id}: this is declined")),
+        "{log}"
+    );
+    // Still a nudge when the driver lives past the watch: that is litany at work.
+    script(&decline, Some("sleep 3\n"));
+    let (ok, err) = echo(&ctl(&m, &id), "nudge");
+    assert!(ok, "nudge of a driver that runs: {err}");
+}
+
+#[test]
 fn retarget_and_workflow_leave_the_refs_the_cli_leaves() {
     let Some(lab) = Lab::new() else { return };
     let id = lab.prompt("Moved", "hello");

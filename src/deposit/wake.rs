@@ -7,8 +7,10 @@
 //! nobody holds it, `<harness> advance -- <ws> <id>` is launched as litany's
 //! `AdvanceLauncher` does: `setsid` in the child, stdin/stdout `/dev/null`, stderr
 //! appended to `steps/<id>/driver.log`, `LITANY_LOCK_FD` removed, everything else
-//! inherited. The child is never waited on by the caller; a small reaper thread collects
-//! its exit status so no zombie stays behind. Every failure leaves the deposit standing.
+//! inherited. A deposit's wake never waits on the child (a `nudge` watches it for
+//! [`NUDGE_WATCH`], to tell its writer when litany declined at once); a small reaper
+//! thread collects its exit status so no zombie stays behind. Every failure leaves the
+//! deposit standing.
 //!
 //! The launch is hardened where litany's own need not be, since the daemon may serve
 //! other users and outlive the shell that started it:
@@ -87,6 +89,10 @@ pub(crate) enum Wake {
     NoHarness,
     /// The launch failed (logged); the deposit waits for the next driver.
     Failed(String),
+    /// The driver was launched and ended, failing, within the watch asked for
+    /// ([`Waker::wake_watched`]): litany declined to advance the agent (its reason is in
+    /// the driver's log).
+    Ended { pid: u32, status: String },
     /// Waking is turned off (`--no-wake`); the deposit waits for the next driver.
     Off,
     /// Handed to [`Later`]; its outcome is logged there.
@@ -250,18 +256,37 @@ pub(crate) fn harness_command(harness: &Path, detached: bool) -> Command {
     cmd
 }
 
-/// Launches `<harness> advance -- <root> <agent>` detached and returns its pid. The
-/// caller never waits; a reaper thread collects the exit status. `agent` must be one path
-/// component (`EINVAL` otherwise).
-pub(crate) fn launch(harness: &Path, root: &Path, agent: &str) -> io::Result<u32> {
+/// How long a nudge watches the driver it launched: one that ends failing within this
+/// is the nudge's failure, told to the writer (litany declines at once to advance a
+/// branch stopped in the middle of a tool, for one). A deposit's wake never waits.
+pub(crate) const NUDGE_WATCH: Duration = Duration::from_secs(1);
+
+/// Launches `<harness> advance -- <root> <agent>` detached and watches it for `watch`
+/// (a deposit's wake: zero): its pid, and its exit status if it ended failing in that
+/// time. Past the watch, a reaper thread collects the exit status. `agent` must be one
+/// path component (`EINVAL` otherwise).
+fn launch_watched(
+    harness: &Path,
+    root: &Path,
+    agent: &str,
+    watch: Duration,
+) -> io::Result<(u32, Option<std::process::ExitStatus>)> {
     if !is_component(agent) {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
     let stderr = driver_stderr(root, agent);
-    let child = driver_command(harness, root, agent, stderr).spawn()?;
+    let mut child = driver_command(harness, root, agent, stderr).spawn()?;
     let pid = child.id();
+    let until = std::time::Instant::now() + watch;
+    while std::time::Instant::now() < until {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok((pid, (!status.success()).then_some(status))),
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => break,
+        }
+    }
     reap(child);
-    Ok(pid)
+    Ok((pid, None))
 }
 
 /// Waits for `child` on a thread of its own, so the exit status is collected whenever
@@ -328,6 +353,12 @@ impl Waker {
 
     /// Launches a driver for `agent` unless an executor holds its lock.
     pub(crate) fn wake(&self, agent: &str) -> Wake {
+        self.wake_watched(agent, Duration::ZERO)
+    }
+
+    /// [`Waker::wake`], watching the driver for `watch` ([`NUDGE_WATCH`]): one that
+    /// ended failing in that time is [`Wake::Ended`].
+    pub(crate) fn wake_watched(&self, agent: &str, watch: Duration) -> Wake {
         let Some(harness) = &self.harness else {
             if !self.warned.swap(true, Ordering::Relaxed) {
                 log::warn!(
@@ -347,8 +378,8 @@ impl Waker {
             Ok(false) => {}
             Err(e) => log::debug!("{}: lock state unknown ({e}); launching", inbox.display()),
         }
-        match launch(harness, &self.root, agent) {
-            Ok(pid) => {
+        match launch_watched(harness, &self.root, agent, watch) {
+            Ok((pid, ended)) => {
                 log::debug!(
                     "launched {} advance for {agent} (pid {pid})",
                     harness.display()
@@ -356,7 +387,13 @@ impl Waker {
                 if let Some(hook) = self.on_launch.get() {
                     hook(agent, pid);
                 }
-                Wake::Launched { pid }
+                match ended {
+                    None => Wake::Launched { pid },
+                    Some(status) => Wake::Ended {
+                        pid,
+                        status: status.to_string(),
+                    },
+                }
             }
             Err(e) => {
                 log::warn!("launching {} advance for {agent}: {e}", harness.display());

@@ -152,8 +152,18 @@ impl Actor {
 
     /// Launches a driver unless the agent is live.
     fn wake(&self) -> Result<String, ActError> {
-        match self.depositor.waker().wake(&self.agent) {
+        let watch = crate::deposit::wake::NUDGE_WATCH;
+        match self.depositor.waker().wake_watched(&self.agent, watch) {
             Wake::Launched { pid } => Ok(format!("driver pid {pid}")),
+            Wake::Ended { pid, status } => Err(ActError::new(
+                libc::EIO,
+                format!(
+                    "the driver (pid {pid}) ended at once, {status}: litany would not \
+                     advance the agent (its reason is the last line of steps/{}/{})",
+                    self.agent,
+                    crate::workspace::steps::DRIVER_LOG
+                ),
+            )),
             Wake::Busy => Err(ActError::new(
                 libc::EBUSY,
                 "the agent is live: an executor holds its lock",
