@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::model::{Budget, Held, Model, Spend, StepState, WorkflowFrom};
+use super::model::{Budget, Held, Mark, Model, Spend, StepState, WorkflowFrom};
 use super::prices::{Cost, Prices};
 use super::signal::{Signal, visible};
 use crate::workspace::clock::format_utc;
@@ -190,29 +190,37 @@ pub(crate) fn rows(
         .map(|(id, a)| (id.as_str(), Figures::of(&a.account.spend, prices)))
         .collect();
     let trees = confined.is_none().then(|| trees(&own));
+    // Each agent's marks, found once: a row's own lookup over all the marks made the
+    // listing quadratic in agents (a soak's 270-agent workspace took 15 ms at rest).
+    let mut marks: crate::FastMap<&str, Vec<(&str, &Mark)>> = crate::FastMap::default();
+    for ((kind, who), m) in &model.marks {
+        marks
+            .entry(who.as_str())
+            .or_default()
+            .push((kind.as_str(), m));
+    }
     let costs = Costs {
         own: &own,
         trees: trees.as_ref(),
+        marks: &marks,
     };
-    // Roots of the listing: agents whose parent is not living; then depth-first.
-    let mut out = Vec::new();
-    let ids: Vec<&String> = model.agents.keys().collect();
-    fn living_parent<'a>(model: &Model, id: &'a str) -> Option<&'a str> {
-        parent_of(id).filter(|p| model.agents.contains_key(*p))
+    // Roots of the listing: agents whose parent is not living; then depth-first, each
+    // agent's children in id order (found once, likewise).
+    let mut roots: Vec<&String> = Vec::new();
+    let mut children: crate::FastMap<&str, Vec<&String>> = crate::FastMap::default();
+    for id in model.agents.keys() {
+        match parent_of(id).filter(|p| model.agents.contains_key(*p)) {
+            Some(p) => children.entry(p).or_default().push(id),
+            None => roots.push(id),
+        }
     }
-    let mut stack: Vec<(&String, usize)> = ids
-        .iter()
-        .rev()
-        .filter(|id| living_parent(model, id).is_none())
-        .map(|id| (*id, 0))
-        .collect();
+    let mut out = Vec::new();
+    let mut stack: Vec<(&String, usize)> = roots.iter().rev().map(|id| (*id, 0)).collect();
     while let Some((id, depth)) = stack.pop() {
         out.push(row(model, id, depth, confined, now, &costs));
-        let children = ids
-            .iter()
-            .rev()
-            .filter(|c| living_parent(model, c) == Some(id.as_str()));
-        stack.extend(children.map(|c| (*c, depth + 1)));
+        if let Some(kids) = children.get(id.as_str()) {
+            stack.extend(kids.iter().rev().map(|c| (*c, depth + 1)));
+        }
     }
     out
 }
@@ -222,6 +230,8 @@ struct Costs<'a> {
     own: &'a BTreeMap<&'a str, Figures>,
     /// `None` under `--agent`.
     trees: Option<&'a crate::FastMap<String, Figures>>,
+    /// Each agent's marks, by kind.
+    marks: &'a crate::FastMap<&'a str, Vec<(&'a str, &'a Mark)>>,
 }
 
 fn budget_row(id: &str, b: &Budget, costs: &Costs) -> BudgetRow {
@@ -254,10 +264,11 @@ fn row(
 ) -> Row {
     let a = &model.agents[id];
     let mine = confined.is_none_or(|me| me == id);
-    let mut marks: Vec<String> = model.marks_of(id).map(|(k, _)| k.to_string()).collect();
+    let own_marks = costs.marks.get(id).map(Vec::as_slice).unwrap_or_default();
+    let mut marks: Vec<String> = own_marks.iter().map(|(k, _)| k.to_string()).collect();
     marks.sort();
-    let held = model
-        .marks_of(id)
+    let held = own_marks
+        .iter()
         .find(|(k, _)| *k == HELD_KIND)
         .and_then(|(_, m)| m.value.as_deref().and_then(Held::parse));
     let visible_pending: Vec<_> = a
@@ -842,6 +853,51 @@ mod tests {
         assert_eq!(v[2]["held"]["tool"], "bash");
         assert_eq!(v[2]["state"], "held");
         assert_eq!(v[0]["held"], Value::Null);
+    }
+
+    #[test]
+    fn children_follow_their_parent_in_id_order_and_marks_stay_their_own() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        // Created out of order; an orphan (its parent gone) is a root of the listing.
+        for id in [
+            "r2-b",
+            "r1-a-c2-y",
+            "r1-a",
+            "r1-a-c1-x-g1-z",
+            "r1-a-c1-x",
+            "r9-q-c1-o",
+        ] {
+            f.agent(id, None, &[]).unwrap();
+        }
+        f.blob_mark("cwd", "r1-a-c2-y", b"/tmp").unwrap();
+        f.blob_mark("cwd", "r2-b", b"/tmp").unwrap();
+        f.commit_mark("notify", "r2-b", f.agent_tip("r2-b").unwrap())
+            .unwrap();
+        let m = Scanner::new(f.root()).unwrap().scan();
+        let rows = rows(&m, None, NOW, None);
+        let ids: Vec<(&str, usize)> = rows.iter().map(|r| (r.id.as_str(), r.depth)).collect();
+        assert_eq!(
+            ids,
+            vec![
+                ("r1-a", 0),
+                ("r1-a-c1-x", 1),
+                ("r1-a-c1-x-g1-z", 2),
+                ("r1-a-c2-y", 1),
+                ("r2-b", 0),
+                ("r9-q-c1-o", 0),
+            ]
+        );
+        let marks: Vec<(&str, Vec<String>)> = rows
+            .iter()
+            .map(|r| (r.id.as_str(), r.marks.clone()))
+            .collect();
+        assert_eq!(marks[3], ("r1-a-c2-y", vec!["cwd".to_string()]));
+        assert_eq!(
+            marks[4],
+            ("r2-b", vec!["cwd".to_string(), "notify".to_string()])
+        );
+        assert!(marks[0].1.is_empty() && marks[1].1.is_empty());
     }
 
     #[test]

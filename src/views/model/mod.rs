@@ -52,7 +52,9 @@ impl Model {
         self.agents.get(id).and_then(|a| a.name.as_deref())
     }
 
-    /// The marks of agent `id`, by kind.
+    /// The marks of agent `id`, by kind (a scan of all of them: `status` indexes them
+    /// once instead).
+    #[cfg(test)]
     pub(crate) fn marks_of<'a>(&'a self, id: &'a str) -> impl Iterator<Item = (&'a str, &'a Mark)> {
         self.marks
             .iter()
