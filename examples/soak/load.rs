@@ -545,7 +545,8 @@ pub fn sampler(s: Arc<Shared>) {
 /// Stops an agent mid-turn and starts it again, every 45 s (quick: 20 s): a message to
 /// its workspace's acted root (through the mount) starts a turn; once an executor holds
 /// the agent, 0-4 s later it is stopped through `steps/<id>/ctl` (`stop`) and 3 s after
-/// that nudged (`nudge`; `EBUSY` when it is live again already), or with `--cli` through
+/// that nudged (`nudge`; `EBUSY` when it is live again already, `EIO` when litany
+/// declined at once), or with `--cli` through
 /// `litany stop` and `litany advance`. A stop during the turn's tool leaves a branch
 /// litany declines to advance (its tool's side effects are not replayable): an agent
 /// not live 5 s after the nudge is forked from its history (`litany prompt --from`), as
@@ -584,9 +585,10 @@ pub fn actor(s: Arc<Shared>) {
         };
         s.nap(Duration::from_secs(3));
         let nudged = if s.ctl {
+            // EIO: litany declined at once (the fork below restarts it).
             match std::fs::write(&ctl, "nudge\n") {
                 Ok(()) => true,
-                Err(e) => e.raw_os_error() == Some(libc::EBUSY),
+                Err(e) => matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EIO)),
             }
         } else {
             match s
