@@ -1,6 +1,8 @@
 //! A program run in a detached tmux session, for the tests that need a terminal (an
-//! editor, `cat` reading keys). The session is killed when dropped, so a failing test
-//! leaves none behind.
+//! editor, `cat` reading keys). Each session has a tmux server of its own (`-L`): tests
+//! run in parallel, and on one shared server a session started while the last other one
+//! ended raced the server's exit ("server exited unexpectedly"). The server is killed
+//! when the session is dropped, so a failing test leaves none behind.
 
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -9,6 +11,8 @@ use super::mount::eventually;
 
 pub struct Session {
     name: String,
+    /// The server's socket file, removed with the server.
+    socket: Option<std::path::PathBuf>,
 }
 
 impl Session {
@@ -16,7 +20,7 @@ impl Session {
     /// this process.
     pub fn start(label: &str, cmd: &str) -> Self {
         let name = format!("litanyfs-{label}-{}", std::process::id());
-        let s = Session { name };
+        let mut s = Session { name, socket: None };
         let started = s.tmux(&[
             "new-session",
             "-d",
@@ -29,11 +33,18 @@ impl Session {
             cmd,
         ]);
         assert!(started.status.success(), "tmux: {started:?}");
+        let socket = s.tmux(&["display-message", "-p", "#{socket_path}"]);
+        s.socket = Some(String::from_utf8_lossy(&socket.stdout).trim().into())
+            .filter(|p: &std::path::PathBuf| !p.as_os_str().is_empty());
         s
     }
 
     fn tmux(&self, args: &[&str]) -> Output {
-        Command::new("tmux").args(args).output().expect("tmux runs")
+        Command::new("tmux")
+            .args(["-L", &self.name])
+            .args(args)
+            .output()
+            .expect("tmux runs")
     }
 
     /// What the terminal shows now.
@@ -80,6 +91,9 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let _ = self.tmux(&["kill-session", "-t", &self.name]);
+        let _ = self.tmux(&["kill-server"]);
+        if let Some(socket) = &self.socket {
+            let _ = std::fs::remove_file(socket);
+        }
     }
 }
