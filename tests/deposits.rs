@@ -517,13 +517,14 @@ fn writing_the_same_name_twice_sends_two_messages() {
     let w = workspace();
     let m = mount(&w, &[]);
     let f = m.path(&format!("inbox/{A}/note"));
+    let out = sh(&format!(
+        "echo first > '{0}' && echo second > '{0}'",
+        f.display()
+    ));
     assert!(
-        sh(&format!(
-            "echo first > '{0}' && echo second > '{0}'",
-            f.display()
-        ))
-        .status
-        .success()
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     // Appending to what was just sent is refused: a message is immutable.
     let out = sh(&format!("echo third >> '{}'", f.display()));
