@@ -12,6 +12,9 @@ mod handles;
 mod inodes;
 mod invalidate;
 mod listings;
+mod opened;
+
+use opened::open_flags;
 
 pub(crate) use inodes::ROOT_INO;
 pub(crate) use invalidate::Invalidator;
@@ -24,16 +27,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::home::{Space, SpaceClosing, WaitingClose};
 use crate::tree::{
-    Attr, Child, Closer, Content, ErrorKind, Identity, Kind, Node, OpenMode, Opened, SHORT_TTL,
-    SPAWN_POLL, Tree, TreeError, Writer, Writing,
+    Attr, Child, Closer, Content, ErrorKind, Identity, Kind, Node, OpenMode, SHORT_TTL, SPAWN_POLL,
+    Tree, TreeError, Writer, Writing,
 };
 use handles::{Handle, Handles, Io};
 use inodes::InodeTable;
@@ -945,58 +948,6 @@ thread_local! {
 
 /// The largest read buffer a thread keeps: the kernel's largest read (256 pages).
 const READ_BUFFER_KEPT: usize = 1 << 20;
-
-/// The kernel's open flags for what the tree decided.
-fn open_flags(o: &Opened) -> FopenFlags {
-    let mut f = FopenFlags::empty();
-    if o.direct_io {
-        f |= FopenFlags::FOPEN_DIRECT_IO;
-    }
-    if o.keep_cache {
-        f |= FopenFlags::FOPEN_KEEP_CACHE;
-    }
-    if o.no_flush {
-        f |= FopenFlags::FOPEN_NOFLUSH;
-    }
-    f
-}
-
-impl State {
-    /// Carries out an open the tree decided: a handle for its content, and passthrough
-    /// when the tree allows it and the kernel offers it.
-    fn reply_opened(&self, ino: INodeNo, opened: Opened, reply: ReplyOpen) {
-        let flags = open_flags(&opened);
-        let io = match &opened.content {
-            Content::File(f) => {
-                let wanted = opened.passthrough && self.passthrough.load(Ordering::Relaxed);
-                Some(self.handles.io(ino.0, wanted, || {
-                    reply
-                        .open_backing(f)
-                        .map_err(|e| {
-                            log::warn!(
-                                "{}: passthrough refused ({e}); serving reads",
-                                self.path(ino)
-                            )
-                        })
-                        .ok()
-                }))
-            }
-            _ => None,
-        };
-        match self.open_handle(ino, opened.content, io.clone()) {
-            Ok(fh) => match io.as_deref().and_then(Io::backing_id) {
-                // The kernel reads the backing file itself: its pages are the file's.
-                Some(id) => reply.opened_passthrough(
-                    FileHandle(fh),
-                    flags - FopenFlags::FOPEN_KEEP_CACHE,
-                    id,
-                ),
-                None => reply.opened(FileHandle(fh), flags),
-            },
-            Err(e) => reply.error(refuse("open", &e)),
-        }
-    }
-}
 
 fn statvfs(path: &Path) -> std::io::Result<libc::statvfs> {
     use std::os::unix::ffi::OsStrExt;
