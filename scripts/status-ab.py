@@ -5,8 +5,8 @@
     python3 scripts/status-ab.py BIN_A BIN_B SOURCE      (ROUNDS=2 by default)
 
 SOURCE is what to mount (a home such as a kept soak's `home/`, or a workspace). Each
-round mounts it with each build in turn (the order reversed every other round), reads
-the root `status` once, then prints the median milliseconds of 30 reads of the root
+round mounts it with each build in turn (the order reversed every other round), waits
+for the root `events` to settle (`bench.home_settled`), reads the root `status` once, then prints the median milliseconds of 30 reads of the root
 `status` and of each workspace's.
 """
 
@@ -16,6 +16,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402
 
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
 
@@ -23,11 +27,10 @@ ROUNDS = int(os.environ.get("ROUNDS", "2"))
 def medians(binary, source, mnt):
     subprocess.run([binary, "mount", source, mnt], check=True, capture_output=True)
     try:
-        time.sleep(1)
+        bench.home_settled(Path(mnt))
+        # A single workspace has its `status` at the root alone.
         wss = sorted(w for w in os.listdir(mnt) if os.path.isdir(os.path.join(mnt, w, "steps")))
         paths = ["status"] + [f"{w}/status" for w in wss]
-        if os.path.isdir(os.path.join(mnt, "steps")):
-            paths = ["status"]
         with open(os.path.join(mnt, "status"), "rb") as f:
             f.read()
         out = {}

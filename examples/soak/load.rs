@@ -606,7 +606,7 @@ pub fn actor(s: Arc<Shared>) {
             }
         };
         s.nap(Duration::from_secs(5));
-        let mut how = "nudged";
+        let mut restarted = true;
         if !world::is_live(&w.dir, &id) {
             let from = format!("refs/heads/agents/{id}");
             match s
@@ -615,16 +615,15 @@ pub fn actor(s: Arc<Shared>) {
             {
                 Ok(fork) => {
                     acted[ws] = fork.trim().to_string();
-                    how = "forked";
                     s.forks.fetch_add(1, Ordering::SeqCst);
                 }
                 Err(e) => {
                     s.fault(format!("could not fork {id} from its history: {e}"));
-                    how = "";
+                    restarted = false;
                 }
             }
         }
-        if stopped && nudged && !how.is_empty() {
+        if stopped && nudged && restarted {
             s.acts.fetch_add(1, Ordering::SeqCst);
         }
         s.nap(Duration::from_secs(period));

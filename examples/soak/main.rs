@@ -355,10 +355,11 @@ fn soak(o: &Options) -> Result<bool, String> {
     );
     println!(
         "  requests timed {}, longest {longest:.3} s; events {} lines; the daemon logged {} \
-         handlers slower than 250 ms, the slowest {} ms",
+         handlers of {} ms or more, the slowest {} ms",
         reads.calls + status.calls,
         events.lines().count(),
         slow.0,
+        litanyfs::testing::SLOW_REQUEST.as_millis(),
         slow.1.first().map_or(0, |l| l.0)
     );
     for (t, f) in s.faults.lock().iter() {
@@ -655,7 +656,7 @@ fn watches_on(dir: &Path) -> usize {
 /// The handlers the daemon logged as slow: how many, and the ten slowest (milliseconds,
 /// the log line).
 fn daemon_slow(log: &Path) -> (usize, Vec<(u64, String)>) {
-    const MARK: &str = ": slow: answered in ";
+    use litanyfs::testing::SLOW_LOG_MARK as MARK;
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let mut all: Vec<(u64, String)> = text
         .lines()

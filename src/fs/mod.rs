@@ -91,7 +91,9 @@ impl std::ops::Deref for Fs {
 
 /// A handler that takes this long is logged ([`State::guarded`]): a reader that waited
 /// can tell the daemon's time from its own wait for a CPU or for a request thread.
-pub(crate) const SLOW_REQUEST: Duration = Duration::from_millis(250);
+pub const SLOW_REQUEST: Duration = Duration::from_millis(250);
+/// What a slow handler's log line says before its milliseconds (the soak reads them).
+pub const SLOW_LOG_MARK: &str = ": slow: answered in ";
 
 fn errno(e: &TreeError) -> Errno {
     Errno::from_i32(e.errno())
@@ -240,7 +242,7 @@ impl State {
         let took = at.elapsed();
         if took >= SLOW_REQUEST {
             log::warn!(
-                "{op} {}: slow: answered in {} ms",
+                "{op} {}{SLOW_LOG_MARK}{} ms",
                 self.path(ino),
                 took.as_millis()
             );

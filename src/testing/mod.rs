@@ -5,6 +5,9 @@
 pub mod prereq;
 pub mod wait;
 
+/// The daemon's slow-handler log, for the soak to count.
+pub use crate::fs::{SLOW_LOG_MARK, SLOW_REQUEST};
+
 /// The daemon serving `mnt`: the `litanyfs ... --foreground ... MNT` process the mount
 /// command left running (tests and the soak signal and measure it).
 pub fn daemon_pid(mnt: &std::path::Path) -> Option<i32> {
