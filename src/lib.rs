@@ -89,5 +89,10 @@ pub mod workspace;
 /// collide in advance.
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
+/// A request handler, or a reading of `status`, that takes this long is logged with its
+/// parts: a reader that waited can tell the daemon's time from its own wait for a CPU or
+/// for a request thread.
+pub const SLOW_REQUEST: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// The set of the same hash (see [`FastMap`]).
 pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;

@@ -156,3 +156,44 @@ fn replaced(mnt: &Path, dev: u64) -> bool {
         .rfind(|f| f.get(4) == Some(&point.as_str()));
     top.is_some_and(|f| f.get(2) != Some(&ours.as_str()))
 }
+
+/// This process's resident set, in KiB (`/proc/self/statm`'s second field, in pages).
+pub(crate) fn rss_kib() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()? / 1024)
+}
+
+/// The calling thread's scheduling so far (`/proc/thread-self/schedstat`): nanoseconds
+/// on a CPU, and nanoseconds runnable but waiting for one. Whatever else a span of wall
+/// time holds, the thread was blocked (on a lock, or on I/O).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Sched {
+    pub(crate) on_cpu_ns: u64,
+    pub(crate) waiting_ns: u64,
+    /// How many times it was given a CPU: once per wake-up or preemption.
+    pub(crate) runs: u64,
+}
+
+impl Sched {
+    pub(crate) fn now() -> Option<Sched> {
+        let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+        let mut f = text.split_whitespace().map(str::parse::<u64>);
+        Some(Sched {
+            on_cpu_ns: f.next()?.ok()?,
+            waiting_ns: f.next()?.ok()?,
+            runs: f.next()?.ok()?,
+        })
+    }
+
+    /// What passed from `earlier` to this one.
+    pub(crate) fn since(self, earlier: Sched) -> Sched {
+        Sched {
+            on_cpu_ns: self.on_cpu_ns.saturating_sub(earlier.on_cpu_ns),
+            waiting_ns: self.waiting_ns.saturating_sub(earlier.waiting_ns),
+            runs: self.runs.saturating_sub(earlier.runs),
+        }
+    }
+}

@@ -29,9 +29,15 @@ struct Options {
     seed: u64,
     ctl: bool,
     keep: bool,
-    /// The mount's `--cache-bytes`, when not the default.
-    cache_bytes: Option<u64>,
+    /// The mount's `--cache-bytes`.
+    cache_bytes: u64,
 }
+
+/// The soak's `--cache-bytes` unless told otherwise: both caches full within its first
+/// minutes, so that the run spends most of its time evicting at the bound, and the RSS
+/// check's "once warm" (minute 5 of the last daemon) finds them full, as the default 64
+/// MiB are only after 15 minutes or more of this load.
+const SOAK_CACHE_BYTES: u64 = 16 << 20;
 
 fn options() -> Result<Options, String> {
     let mut o = Options {
@@ -43,7 +49,7 @@ fn options() -> Result<Options, String> {
             .unwrap_or(1),
         ctl: true,
         keep: false,
-        cache_bytes: None,
+        cache_bytes: SOAK_CACHE_BYTES,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -67,11 +73,10 @@ fn options() -> Result<Options, String> {
             "--cli" => o.ctl = false,
             "--keep" => o.keep = true,
             "--cache-bytes" => {
-                o.cache_bytes = Some(
-                    args.next()
-                        .and_then(|v| v.parse().ok())
-                        .ok_or("--cache-bytes needs a number")?,
-                )
+                o.cache_bytes = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or("--cache-bytes needs a number")?
             }
             _ => {
                 return Err(format!(
@@ -146,7 +151,7 @@ fn soak(o: &Options) -> Result<bool, String> {
         source: home.dir.clone(),
         litany: litany.clone(),
         tmp: tmpfs.0.clone(),
-        cache_bytes: o.cache_bytes,
+        cache_bytes: Some(o.cache_bytes),
         generation: AtomicU64::new(0),
         since: Mutex::new(Instant::now()),
     };
@@ -329,6 +334,7 @@ fn soak(o: &Options) -> Result<bool, String> {
         "longest_request_s": longest,
         "slowest": reads.longest,
         "daemon_slow": {"count": slow.0, "slowest": slow.1},
+        "census": census(&s.mount.log),
         "grep_runs": s.greps.lock().calls,
         "longest_grep_s": s.greps.lock().max(),
         "rss_kib": rss,
@@ -651,6 +657,15 @@ fn watches_on(dir: &Path) -> usize {
         }
     }
     n
+}
+
+/// The daemon's census lines (one a minute: what it holds), as logged.
+fn census(log: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.contains(litanyfs::testing::CENSUS_MARK))
+        .map(str::to_string)
+        .collect()
 }
 
 /// The handlers the daemon logged as slow: how many, and the ten slowest (milliseconds,

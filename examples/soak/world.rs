@@ -352,7 +352,10 @@ impl Mount {
             .arg(&self.litany)
             .env("LITANY_HOME", &self.source)
             .env("TMPDIR", &self.tmp)
-            .env("RUST_LOG", "litanyfs=info")
+            .env(
+                "RUST_LOG",
+                format!("litanyfs=info,{}=debug", litanyfs::testing::CENSUS_TARGET),
+            )
             .stdin(Stdio::null())
             .output()
             .map_err(|e| e.to_string())?;

@@ -66,6 +66,11 @@ impl Handles {
         Some(fh)
     }
 
+    /// How many are open.
+    pub(crate) fn len(&self) -> usize {
+        self.open.lock().len()
+    }
+
     pub(crate) fn get(&self, fh: u64) -> Option<Arc<Handle>> {
         self.open.lock().get(&fh).cloned()
     }

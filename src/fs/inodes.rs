@@ -108,6 +108,11 @@ impl InodeTable {
             _ => None,
         }
     }
+    /// How many numbers are held (the kernel's, and listing-only ones).
+    pub(crate) fn len(&self) -> usize {
+        self.inner.lock().slots.len()
+    }
+
     /// The number for `identity`, counting one kernel lookup. `node` becomes the path by
     /// which the number is resolved from now on (a renamed backing file moves with it).
     pub(crate) fn lookup(&self, identity: &Identity, node: &Node) -> u64 {

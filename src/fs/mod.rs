@@ -24,7 +24,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags,
@@ -89,9 +89,7 @@ impl std::ops::Deref for Fs {
     }
 }
 
-/// A handler that takes this long is logged ([`State::guarded`]): a reader that waited
-/// can tell the daemon's time from its own wait for a CPU or for a request thread.
-pub const SLOW_REQUEST: Duration = Duration::from_millis(250);
+pub use crate::SLOW_REQUEST;
 /// What a slow handler's log line says before its milliseconds (the soak reads them).
 pub const SLOW_LOG_MARK: &str = ": slow: answered in ";
 
@@ -149,6 +147,15 @@ impl Fs {
                 gid,
             }),
         }
+    }
+
+    /// What the daemon holds for the kernel, for [`crate::mount`]'s census line.
+    pub(crate) fn census(&self) -> String {
+        format!(
+            "{} inode numbers, {} open handles",
+            self.inodes.len(),
+            self.handles.len()
+        )
     }
 
     /// Workspace `ws` of a home has gone: the kernel forgets its entry and every inode

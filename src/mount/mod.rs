@@ -664,9 +664,14 @@ fn warn_if_root_over_others(ws: &Path) {
 /// How a home mount opens a workspace's tree: with the mount's options, one pair of
 /// caches for every workspace (`--cache-bytes` bounds the mount, not each workspace),
 /// and its invalidation thread once the session has started.
-fn home_opener(opts: &MountOptions, mnt: &Path, started: &Arc<Started>) -> crate::home::Opener {
+fn home_opener(
+    opts: &MountOptions,
+    mnt: &Path,
+    started: &Arc<Started>,
+    caches: &crate::tree::Caches,
+) -> crate::home::Opener {
     let (o, m, s) = (opts.clone(), mnt.to_path_buf(), started.clone());
-    let caches = crate::tree::Caches::new(opts.cache_bytes);
+    let caches = caches.clone();
     Box::new(move |ws, workspace, read_only, views| {
         let tree = Arc::new(
             workspace_tree(workspace, &m, &o, read_only, Some(views), &caches)
@@ -804,10 +809,10 @@ fn serve(
     let prices =
         crate::views::prices::for_mount(opts.prices.as_deref()).map_err(MountError::Daemon)?;
     let started: Arc<Started> = Arc::new(std::sync::OnceLock::new());
+    let caches = crate::tree::Caches::new(opts.cache_bytes);
     let (space, source_root, single) = match source {
         Source::Workspace(root) => {
             let workspace = Workspace::open(&root).map_err(MountError::Workspace)?;
-            let caches = crate::tree::Caches::new(opts.cache_bytes);
             let tree = Arc::new(workspace_tree(
                 &workspace, &mnt, opts, false, None, &caches,
             )?);
@@ -829,7 +834,7 @@ fn serve(
                     opts.sender
                 )));
             }
-            let opener = home_opener(opts, &mnt, &started);
+            let opener = home_opener(opts, &mnt, &started, &caches);
             let home = crate::home::Home::new(root.clone(), shelves, opener);
             home.set_prices(prices.clone());
             home.start();
@@ -894,6 +899,7 @@ fn serve(
             fs.forget_workspace(ws.clone(), n.clone())
         }));
     }
+    census::start(&handle, &caches);
     // A home's trees opened from now on start their own; none was opened before.
     let _ = started.set((handle, notifier));
     let pipe = ready.take();
@@ -936,6 +942,9 @@ fn serve(
     notify(&[NotifyState::Stopping]);
     Ok(())
 }
+
+mod census;
+pub use census::{CENSUS_MARK, CENSUS_TARGET};
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -60,7 +60,13 @@ fn a_homes_workspaces_share_one_pair_of_caches() {
     use crate::workspace::refs::Flavour;
     let t = tempfile::tempdir().unwrap();
     let opts = MountOptions::default();
-    let opener = home_opener(&opts, &t.path().join("mnt"), &Arc::new(Default::default()));
+    let shared = crate::tree::Caches::new(opts.cache_bytes);
+    let opener = home_opener(
+        &opts,
+        &t.path().join("mnt"),
+        &Arc::new(Default::default()),
+        &shared,
+    );
     let open = |name: &str| {
         let f = Fixture::create(&t.path().join(name), Flavour::Litany).unwrap();
         let ws = Workspace::open(f.root()).unwrap();

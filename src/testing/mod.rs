@@ -7,6 +7,8 @@ pub mod wait;
 
 /// The daemon's slow-handler log, for the soak to count.
 pub use crate::fs::{SLOW_LOG_MARK, SLOW_REQUEST};
+/// The daemon's census of what it holds, for the soak's report.
+pub use crate::mount::{CENSUS_MARK, CENSUS_TARGET};
 
 /// The daemon serving `mnt`: the `litanyfs ... --foreground ... MNT` process the mount
 /// command left running (tests and the soak signal and measure it).

@@ -318,6 +318,11 @@ impl Caches {
             records: Arc::new(Records::new(bytes)),
         }
     }
+
+    /// What the pair holds: (pages, renderings), in bytes.
+    pub(crate) fn used_bytes(&self) -> (usize, usize) {
+        (self.pages.used_bytes(), self.records.used_bytes())
+    }
 }
 
 /// A `close(2)` of a draft, as FUSE reports it: the closing thread and the draft's inode

@@ -658,8 +658,12 @@ impl Views {
     }
 
     /// The model now, for `status`: gathered with a free one of the views' scanners, or,
-    /// when every one is busy, with the next to be free of them (module docs).
+    /// when every one is busy, with the next to be free of them (module docs). A reading
+    /// that takes [`crate::SLOW_REQUEST`] or more is logged with its parts: the wait
+    /// for a scanner, and the thread's time on a CPU and waiting for one.
     fn model_now(&self) -> Model {
+        let asked = Instant::now();
+        let sched = crate::process::Sched::now();
         let mut slot = self
             .status_scanners
             .iter()
@@ -668,12 +672,33 @@ impl Views {
                 let turn = self.status_turn.fetch_add(1, Ordering::Relaxed);
                 self.status_scanners[turn % STATUS_SCANNERS].lock()
             });
+        let waited = asked.elapsed();
         if slot.is_none() {
             *slot = self.scanner();
         }
-        slot.as_mut()
+        let model = slot
+            .as_mut()
             .map(|s| s.scan_for_status())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        let took = asked.elapsed();
+        if took >= crate::SLOW_REQUEST {
+            let s = crate::process::Sched::now()
+                .zip(sched)
+                .map(|(now, then)| now.since(then))
+                .unwrap_or_default();
+            ::log::warn!(
+                "status of {}: {} agents read in {} ms: {} ms waiting for a scanner, {} ms \
+                 on a CPU in {} runs, {} ms waiting for one",
+                self.root.display(),
+                model.agents.len(),
+                took.as_millis(),
+                waited.as_millis(),
+                s.on_cpu_ns / 1_000_000,
+                s.runs,
+                s.waiting_ns / 1_000_000
+            );
+        }
+        model
     }
 
     /// The rows of `status` now.
