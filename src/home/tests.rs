@@ -375,3 +375,20 @@ fn a_tree_unused_for_long_closes_however_few_are_open() {
     home.close_idle();
     assert!(open_keys(&home).is_empty());
 }
+
+#[test]
+fn gathering_gives_each_item_once_and_leaves_out_only_one_that_panics() {
+    let items: Vec<u32> = (0..23).collect();
+    let mut got = gather_each(&items, |i| {
+        assert_ne!(*i, 7, "a reading that fails");
+        i * 10
+    });
+    got.sort_by_key(|g| g.0);
+    let want: Vec<(usize, u32)> = (0..23)
+        .filter(|i| *i != 7)
+        .map(|i| (i, i as u32 * 10))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(gather_each(&[5u32], |i| *i), vec![(0, 5)]);
+    assert!(gather_each(&[] as &[u32], |i| *i).is_empty());
+}
