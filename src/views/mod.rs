@@ -183,6 +183,9 @@ pub(crate) struct Views {
     refs_watched: AtomicUsize,
     /// Whether a change to the refs was reported since the follower last read them.
     refs_moved: AtomicBool,
+    /// Whether a home's pool watches every directory a ref moves in ([`pool`]): a move
+    /// pokes as a tree's watch does, so a look need not read the refs unless told.
+    refs_topped: AtomicBool,
     /// The length of the last `status`, `status.json`, `attention` and `attention.json`
     /// made: what a `stat` says before an open makes a new one (reads are direct, so a
     /// reader always gets all).
@@ -234,6 +237,7 @@ impl Views {
             status_lens: Default::default(),
             refs_watched: AtomicUsize::new(0),
             refs_moved: AtomicBool::new(true),
+            refs_topped: AtomicBool::new(false),
             tee: Mutex::new(None),
             pool: std::sync::OnceLock::new(),
             ledger: Arc::default(),
@@ -321,6 +325,11 @@ impl Views {
             .refs_watched
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         self.refs_moved();
+    }
+
+    /// A home's pool watches every directory a ref moves in (see `refs_topped`).
+    pub(crate) fn refs_topped(&self) {
+        self.refs_topped.store(true, Ordering::Relaxed);
     }
 
     /// Whether some watch reports every change to the refs now.
@@ -616,7 +625,8 @@ impl Views {
     /// One look: the workspace now, and its differences from `model` logged (how many
     /// there were, before `--agent` hides any).
     fn look(&self, scanner: &mut Scanner, model: &Model) -> (Model, usize) {
-        let moved = self.refs_moved.swap(false, Ordering::Relaxed) || !self.refs_are_watched();
+        let told = self.refs_are_watched() || self.refs_topped.load(Ordering::Relaxed);
+        let moved = self.refs_moved.swap(false, Ordering::Relaxed) || !told;
         let mut next = scanner.scan_with(moved);
         self.hold_busy_inboxes(model, &mut next);
         hold_unborn_agents(scanner, model, &mut next);

@@ -8,9 +8,10 @@
 //! the lowest CPU priority, started when a workspace needs it and gone when none does.
 //!
 //! A workspace nobody has opened holds only the watches of its top directories
-//! ([`TOP_WATCHED`], and each kind of mark under `refs/litany/`), on one inotify
+//! ([`TOP_WATCHED`], and every directory under `repo.git/refs`), on one inotify
 //! descriptor read by one more thread, `litanyfs-top`: a new agent, a message, a branch or
-//! a mark that moves pokes its follower at once. What happens deeper (a step starting, a
+//! a mark that moves pokes its follower at once, so its looks read the refs only when
+//! poked ([`TOPPED_REFS_TRUST`] as a safety net). What happens deeper (a step starting, a
 //! tool running) is seen at its next look: once quiet, every [`UNWATCHED_TICK`] rather
 //! than every [`IDLE_TICK`], so an idle home costs little whatever its size. One found at
 //! rest when first read (no executor holding a lock) is quiet from the start: the looks
@@ -19,6 +20,7 @@
 //! watches it ([`Views::refs_watched`]) it is followed as a single mount's.
 
 use std::collections::VecDeque;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,22 +32,46 @@ use super::{IDLE_TICK, Views, background, idle_wait, look_rest};
 /// How often a quiet workspace that nothing watches is looked at.
 pub(crate) const UNWATCHED_TICK: Duration = Duration::from_secs(10);
 
+/// How long a workspace whose top directories are all watched trusts its last reading of
+/// the refs when no watch told of a change: a move of a branch or a mark pokes it, so
+/// this is only a safety net, and longer than [`UNWATCHED_TICK`], so that the quiet looks
+/// of fifty resting workspaces read no refs (each a file per agent, from the disk once
+/// its pages were dropped) while a walk reads the one being opened.
+pub(crate) const TOPPED_REFS_TRUST: Duration = Duration::from_secs(60);
+
 /// The directories of a workspace the pool watches, relative to it: where a new agent,
-/// a deposit, a moved branch or a packed ref shows.
-pub(crate) const TOP_WATCHED: [&str; 5] = [
+/// a deposit or a packed ref shows. Each must be there for the pool to trust its
+/// watches, as must [`REFS_DIR`].
+pub(crate) const TOP_WATCHED: [&str; 3] = [
     crate::workspace::STEPS_DIR,
     crate::workspace::INBOX_DIR,
     "repo.git",
-    "repo.git/refs/heads/agents",
-    "repo.git/refs/litany",
 ];
+
+/// Where a branch or a mark moves: watched with every directory below it, and each one
+/// made later as it comes (`refs/heads/agents` with the first agent, `refs/litany` and
+/// `refs/litany/<kind>` with the first mark of a kind).
+const REFS_DIR: &str = "repo.git/refs";
 
 /// One inotify descriptor for the top directories of every workspace in the pool, and
 /// whose each watch is.
 struct TopWatch {
     inotify: crate::inotify::Inotify,
-    views: Mutex<crate::FastMap<i32, std::sync::Weak<Views>>>,
+    views: Mutex<crate::FastMap<i32, Watched>>,
 }
+
+/// Whose a watch is; with the directory's path when it is under [`REFS_DIR`], whose new
+/// directories are watched as they come.
+type Watched = (std::sync::Weak<Views>, Option<std::path::PathBuf>);
+
+/// What a top directory's watch reports.
+const TOP_MASK: u32 = libc::IN_CREATE
+    | libc::IN_DELETE
+    | libc::IN_MOVED_FROM
+    | libc::IN_MOVED_TO
+    | libc::IN_CLOSE_WRITE
+    | libc::IN_ONLYDIR
+    | libc::IN_DONT_FOLLOW;
 
 impl TopWatch {
     fn start() -> Option<Arc<Self>> {
@@ -67,29 +93,49 @@ impl TopWatch {
         Some(me)
     }
 
-    /// Watches `views`' workspace's top directories, and each kind of mark; whether every
-    /// one of them is watched.
+    /// Watches `views`' workspace's top directories and its refs' (module docs); whether
+    /// every one of them is watched.
     fn add(&self, views: &Arc<Views>) -> bool {
-        let mask = libc::IN_CREATE
-            | libc::IN_DELETE
-            | libc::IN_MOVED_FROM
-            | libc::IN_MOVED_TO
-            | libc::IN_CLOSE_WRITE
-            | libc::IN_ONLYDIR
-            | libc::IN_DONT_FOLLOW;
-        let mut dirs: Vec<std::path::PathBuf> =
-            TOP_WATCHED.iter().map(|d| views.root.join(d)).collect();
-        if let Ok(kinds) = std::fs::read_dir(views.root.join("repo.git/refs/litany")) {
-            dirs.extend(kinds.filter_map(|k| k.ok()).map(|k| k.path()));
-        }
         let mut map = self.views.lock();
         let mut all = true;
-        for d in dirs {
-            match self.inotify.add(&d, mask) {
+        for d in TOP_WATCHED {
+            match self.inotify.add(&views.root.join(d), TOP_MASK) {
                 Ok(wd) => {
-                    map.insert(wd, Arc::downgrade(views));
+                    map.insert(wd, (Arc::downgrade(views), None));
                 }
                 Err(_) => all = false,
+            }
+        }
+        self.add_tree(&mut map, views, views.root.join(REFS_DIR)) && all
+    }
+
+    /// Watches `dir` and every directory below it, each one's new directories to be
+    /// watched as they come; whether all were.
+    fn add_tree(
+        &self,
+        map: &mut crate::FastMap<i32, Watched>,
+        views: &Arc<Views>,
+        dir: std::path::PathBuf,
+    ) -> bool {
+        let mut all = true;
+        let mut todo = vec![dir];
+        while let Some(d) = todo.pop() {
+            match self.inotify.add(&d, TOP_MASK) {
+                Ok(wd) => {
+                    map.insert(wd, (Arc::downgrade(views), Some(d.clone())));
+                }
+                Err(_) => {
+                    all = false;
+                    continue;
+                }
+            }
+            if let Ok(entries) = std::fs::read_dir(&d) {
+                todo.extend(
+                    entries
+                        .flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
             }
         }
         all
@@ -126,20 +172,40 @@ fn top_loop(top: std::sync::Weak<TopWatch>) {
         }
         let mut poke = Vec::new();
         let mut ended = Vec::new();
+        let mut new_dirs = Vec::new();
+        let mut overflowed = false;
         if let Err(e) = t.inotify.read(&mut buf, |e| {
             poke.push(e.wd);
+            overflowed |= e.overflowed();
             if e.watch_ended() {
                 ended.push(e.wd);
+            }
+            if e.mask & libc::IN_ISDIR != 0 && e.mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 {
+                new_dirs.push((e.wd, std::ffi::OsStr::from_bytes(e.name).to_os_string()));
             }
         }) {
             ::log::warn!("events: the home's watches stop ({e})");
             return;
         }
         let mut map = t.views.lock();
+        // A new directory under the refs (the first agent's, a new kind of mark):
+        // watched from now on, and the poke below comes after, so that the look it
+        // brings sees whatever was made in it before its watch.
+        for (wd, name) in new_dirs {
+            if let Some((v, Some(parent))) = map.get(&wd).cloned()
+                && let Some(v) = v.upgrade()
+            {
+                t.add_tree(&mut map, &v, parent.join(name));
+            }
+        }
+        if overflowed {
+            // Some change was not told: every workspace reads its refs again.
+            poke = map.keys().copied().collect();
+        }
         poke.sort_unstable();
         poke.dedup();
         for wd in poke {
-            if let Some(v) = map.get(&wd).and_then(std::sync::Weak::upgrade) {
+            if let Some(v) = map.get(&wd).and_then(|(v, _)| v.upgrade()) {
                 v.refs_moved();
             }
         }
@@ -147,7 +213,7 @@ fn top_loop(top: std::sync::Weak<TopWatch>) {
             map.remove(&wd);
         }
         // A workspace the home forgot while its directories stay: its watches go too.
-        map.retain(|wd, v| {
+        map.retain(|wd, (v, _)| {
             let live = v.strong_count() > 0;
             if !live {
                 t.inotify.remove(*wd);
@@ -240,6 +306,9 @@ impl Follower {
         match &mut self.following {
             None => match self.views.new_scanner() {
                 Ok(mut scanner) => {
+                    if self.topped {
+                        scanner.trust_refs_for(TOPPED_REFS_TRUST);
+                    }
                     let model = scanner.scan();
                     if self.topped && !model.agents.values().any(|a| a.running) {
                         // Found at rest: nothing to follow closely until something moves.
@@ -363,6 +432,9 @@ impl Pool {
     pub(crate) fn add(&self, views: Arc<Views>) {
         let _ = views.pool.set(self.wake.clone());
         let topped = self.top.as_ref().is_some_and(|top| top.add(&views));
+        if topped {
+            views.refs_topped();
+        }
         self.followers.lock().push(Follower::new(views, topped));
         self.wake.poke();
     }
@@ -389,5 +461,54 @@ fn run(pool: std::sync::Weak<Pool>) {
             wake.cv.wait_until(&mut poked, until);
         }
         *poked = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixture::Fixture;
+    use crate::views::Rendering;
+    use crate::workspace::refs::Flavour;
+
+    /// Whether `views`' events come to show `what` within `limit`.
+    fn shows(views: &Views, what: &str, limit: Duration) -> bool {
+        crate::testing::wait::within(limit, || {
+            views
+                .log()
+                .read(Rendering::Text, 0, u32::MAX)
+                .is_ok_and(|b| String::from_utf8_lossy(&b).contains(what))
+        })
+    }
+
+    #[test]
+    fn a_mark_of_a_kind_made_after_the_pool_began_is_seen_at_once() {
+        const A: &str = "20261202T094226Z-0122ccc2";
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent(A, Some("Alpha"), &[]).unwrap();
+        // Every top directory there, so that the pool trusts its watches.
+        for d in TOP_WATCHED.iter().chain([&REFS_DIR]) {
+            std::fs::create_dir_all(f.root().join(d)).unwrap();
+        }
+        let views = Views::new(f.root(), None);
+        let pool = Pool::start();
+        pool.add(views.clone());
+        assert!(views.wait_history(Duration::from_secs(10)));
+        assert!(shows(&views, "agent-created", Duration::from_secs(5)));
+        // The kind's directory first, empty, and read by a look or two; then a mark in it,
+        // which only a watch on the new directory tells of before the refs' trust ends.
+        let oid = f.repo().blob(b"x").unwrap();
+        let kind = f.root().join(REFS_DIR).join("litany/newkind");
+        std::fs::create_dir_all(&kind).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        // As git writes a loose ref: a lock file beside it, renamed into place.
+        std::fs::write(kind.join(format!("{A}.lock")), format!("{oid}\n")).unwrap();
+        std::fs::rename(kind.join(format!("{A}.lock")), kind.join(A)).unwrap();
+        assert!(
+            shows(&views, "mark-set", Duration::from_secs(3)),
+            "{}",
+            String::from_utf8_lossy(&views.log().read(Rendering::Text, 0, u32::MAX).unwrap())
+        );
     }
 }

@@ -157,6 +157,9 @@ pub struct Scanner {
     grown: bool,
     /// The refs as last read, and when.
     last_refs: Option<(std::time::Instant, Arc<crate::workspace::refs::Snapshot>)>,
+    /// How long the last reading of the refs is used when no watch told of a change
+    /// ([`REFS_TRUST`] unless [`Scanner::trust_refs_for`] says otherwise).
+    refs_trust: std::time::Duration,
     /// Whether steps and tools read are remembered (not for a one-pass reader, such as
     /// history, which reads each record once and would only grow the caches).
     caching: bool,
@@ -202,6 +205,7 @@ impl Scanner {
             since_full: 0,
             grown: false,
             last_refs: None,
+            refs_trust: REFS_TRUST,
             caching: true,
             ledger,
             workflows: budget::Workflows::default(),
@@ -218,6 +222,11 @@ impl Scanner {
         let mut s = Self::with_ledger(root, ledger)?;
         s.caching = false;
         Ok(s)
+    }
+
+    /// Uses a reading of the refs for up to `trust` when no watch told of a change.
+    pub(crate) fn trust_refs_for(&mut self, trust: std::time::Duration) {
+        self.refs_trust = trust;
     }
 
     pub(crate) fn refs(&self) -> &Refs {
@@ -239,7 +248,9 @@ impl Scanner {
             self.refs.invalidate();
         }
         let fresh = match &self.last_refs {
-            Some((when, snap)) if !refs_moved && when.elapsed() < REFS_TRUST => Ok(snap.clone()),
+            Some((when, snap)) if !refs_moved && when.elapsed() < self.refs_trust => {
+                Ok(snap.clone())
+            }
             _ => self.refs.snapshot(),
         };
         let snap = match (fresh, &self.last_refs) {
