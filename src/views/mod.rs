@@ -327,6 +327,13 @@ impl Views {
         self.refs_moved();
     }
 
+    /// The first model of a follower: the refs read afresh, so that a change told before
+    /// it (the flag starts set) costs no second reading at the next look.
+    pub(crate) fn first_scan(&self, scanner: &mut Scanner) -> Model {
+        self.refs_moved.store(false, Ordering::Relaxed);
+        scanner.scan()
+    }
+
     /// A home's pool watches every directory a ref moves in (see `refs_topped`).
     pub(crate) fn refs_topped(&self) {
         self.refs_topped.store(true, Ordering::Relaxed);
@@ -551,7 +558,7 @@ impl Views {
                 return;
             }
         };
-        let mut model = scanner.scan();
+        let mut model = self.first_scan(&mut scanner);
         self.remember_names(&model);
         let first = model.clone();
         let me = self.clone();

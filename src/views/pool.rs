@@ -309,7 +309,7 @@ impl Follower {
                     if self.topped {
                         scanner.trust_refs_for(TOPPED_REFS_TRUST);
                     }
-                    let model = scanner.scan();
+                    let model = self.views.first_scan(&mut scanner);
                     if self.topped && !model.agents.values().any(|a| a.running) {
                         // Found at rest: nothing to follow closely until something moves.
                         self.quiet = QUIET_BEFORE_UNWATCHED_TICK;
