@@ -37,8 +37,9 @@ const DIR_MASK: u32 = libc::IN_CREATE
     | libc::IN_ONLYDIR
     | libc::IN_DONT_FOLLOW;
 
-/// What a refs directory's watch reports: any entry coming, going or being replaced.
-const REFS_MASK: u32 = libc::IN_CREATE
+/// What a refs directory's watch reports: any entry coming, going or being replaced (a
+/// home's top watches report the same of theirs).
+pub(crate) const REFS_MASK: u32 = libc::IN_CREATE
     | libc::IN_DELETE
     | libc::IN_MOVED_FROM
     | libc::IN_MOVED_TO

@@ -64,14 +64,9 @@ struct TopWatch {
 /// directories are watched as they come.
 type Watched = (std::sync::Weak<Views>, Option<std::path::PathBuf>);
 
-/// What a top directory's watch reports.
-const TOP_MASK: u32 = libc::IN_CREATE
-    | libc::IN_DELETE
-    | libc::IN_MOVED_FROM
-    | libc::IN_MOVED_TO
-    | libc::IN_CLOSE_WRITE
-    | libc::IN_ONLYDIR
-    | libc::IN_DONT_FOLLOW;
+/// What a top directory's watch reports: an entry coming, going or being replaced, as a
+/// tree's watch on the refs does.
+const TOP_MASK: u32 = crate::watch::REFS_MASK;
 
 impl TopWatch {
     fn start() -> Option<Arc<Self>> {
