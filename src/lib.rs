@@ -68,6 +68,7 @@ pub mod helper;
 pub mod home;
 pub(crate) mod inotify;
 pub mod kernel;
+mod locks;
 mod lru;
 pub mod manual;
 pub mod mount;

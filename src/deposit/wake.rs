@@ -74,8 +74,6 @@ pub(crate) const PRIVATE_ENV: [&str; 8] = [
 ];
 /// Where a launched driver runs: nowhere the daemon's starter chose.
 pub(crate) const DRIVER_CWD: &str = "/";
-/// Where the kernel lists every file lock.
-pub(crate) const PROC_LOCKS: &str = "/proc/locks";
 
 /// What happened after a deposit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,48 +144,9 @@ fn harness_on(path: &std::ffi::OsStr) -> Option<PathBuf> {
 ///   costs a delivery. A lock seen held is always a real `FLOCK` on this very inode.
 pub(crate) fn executor_busy(inbox: &Path) -> io::Result<bool> {
     let meta = std::fs::metadata(inbox)?;
-    let dev = meta.dev();
-    let locks = std::fs::read_to_string(PROC_LOCKS)?;
-    Ok(flock_held(
-        &locks,
-        libc::major(dev),
-        libc::minor(dev),
-        meta.ino(),
-    ))
-}
-
-/// Whether `/proc/locks` text lists a granted `FLOCK` on `major:minor:ino`.
-pub(crate) fn flock_held(locks: &str, major: u32, minor: u32, ino: u64) -> bool {
-    flocks(locks).any(|held| held == (major, minor, ino))
-}
-
-/// Every `(major, minor, inode)` with a granted `FLOCK` in `/proc/locks` text, the one
-/// reading of its grammar. Lines look like `1: FLOCK  ADVISORY  WRITE 12463
-/// fe:00:5316619 0 EOF` (major and minor in hex, the inode in decimal); `->` lines are
-/// blocked waiters, not holders.
-pub(crate) fn flocks(locks: &str) -> impl Iterator<Item = (u32, u32, u64)> + '_ {
-    locks.lines().filter_map(|line| {
-        let mut tokens = line.split_whitespace();
-        let (Some(_ordinal), Some(kind)) = (tokens.next(), tokens.next()) else {
-            return None;
-        };
-        if kind != "FLOCK" {
-            return None;
-        }
-        tokens.find_map(|t| {
-            let mut parts = t.split(':');
-            let (Some(ma), Some(mi), Some(i), None) =
-                (parts.next(), parts.next(), parts.next(), parts.next())
-            else {
-                return None;
-            };
-            Some((
-                u32::from_str_radix(ma, 16).ok()?,
-                u32::from_str_radix(mi, 16).ok()?,
-                i.parse::<u64>().ok()?,
-            ))
-        })
-    })
+    // A reading begun after this call, however shared (crate::locks): after the deposit.
+    let held = crate::locks::held()?;
+    Ok(crate::locks::is_held(&held, meta.dev(), meta.ino()))
 }
 
 /// `steps/<id>/driver.log`, opened for append (created with its directory), confined
@@ -567,27 +526,6 @@ pub(crate) mod tests {
     pub(crate) fn release(mut holder: Child) {
         holder.kill().unwrap();
         holder.wait().unwrap();
-    }
-
-    #[test]
-    fn parses_proc_locks() {
-        let locks = "1: FLOCK  ADVISORY  WRITE 12463 fe:00:5316619 0 EOF\n\
-                     2: POSIX  ADVISORY  WRITE 12456 fe:00:10019029 0 EOF\n\
-                     3: -> FLOCK  ADVISORY  WRITE 99 103:02:77 0 EOF\n\
-                     4: FLOCK  ADVISORY  WRITE 12435 103:0a:5308480 0 EOF\n";
-        assert!(flock_held(locks, 0xfe, 0, 5_316_619));
-        assert!(
-            !flock_held(locks, 0xfe, 0, 531_661),
-            "inode must match whole"
-        );
-        assert!(!flock_held(locks, 0xfe, 1, 5_316_619), "minor must match");
-        assert!(
-            !flock_held(locks, 0xfe, 0, 10_019_029),
-            "POSIX is not the lock"
-        );
-        assert!(!flock_held(locks, 0x103, 2, 77), "a waiter is not a holder");
-        assert!(flock_held(locks, 0x103, 10, 5_308_480));
-        assert!(!flock_held("", 0, 0, 0));
     }
 
     #[test]

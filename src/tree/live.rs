@@ -71,9 +71,7 @@ impl Tree {
         let mut newest = 0i64;
         let inbox = Path::new(INBOX_DIR).join(agent);
         let inbox_st = self.backing.lstat(&inbox).ok().filter(Stat::is_dir);
-        let live = inbox_st.is_some_and(|st| {
-            held_flocks().contains(&(libc::major(st.dev), libc::minor(st.dev), st.ino))
-        });
+        let live = inbox_st.is_some_and(|st| crate::locks::is_held(&held_flocks(), st.dev, st.ino));
         if inbox_st.is_some() {
             facts.waiting = self.waiting(&inbox, &mut newest);
         }

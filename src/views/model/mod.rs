@@ -123,15 +123,13 @@ fn key(st: &Stat) -> StatKey {
     (st.ino, ns(st.mtime), ns(st.ctime), st.size)
 }
 
-/// Every `(major, minor, inode)` with a granted `FLOCK` in `/proc/locks`.
-pub(crate) fn held_flocks() -> BTreeSet<(u32, u32, u64)> {
-    match std::fs::read_to_string(crate::deposit::wake::PROC_LOCKS) {
-        Ok(text) => crate::deposit::wake::flocks(&text).collect(),
-        Err(e) => {
-            log::debug!("status: /proc/locks unreadable ({e}); nobody counts as running");
-            BTreeSet::new()
-        }
-    }
+/// Every `(major, minor, inode)` with a granted `FLOCK` ([`crate::locks`]); none when
+/// `/proc/locks` cannot be read.
+pub(crate) fn held_flocks() -> Arc<crate::locks::Held> {
+    crate::locks::held().unwrap_or_else(|e| {
+        log::debug!("status: /proc/locks unreadable ({e}); nobody counts as running");
+        Arc::default()
+    })
 }
 
 /// Gathers [`Model`]s and remembers what it parsed (module docs).
@@ -365,8 +363,7 @@ impl Scanner {
     ) -> Agent {
         // `inbox/<id>` is stated from `inbox/`: no descriptor on the directory itself.
         let inbox = inbox.filter(Stat::is_dir);
-        let running = inbox
-            .is_some_and(|st| locks.contains(&(libc::major(st.dev), libc::minor(st.dev), st.ino)));
+        let running = inbox.is_some_and(|st| crate::locks::is_held(locks, st.dev, st.ino));
         let steps = self.step_list_at(id, steps_st.filter(Stat::is_dir));
         let latest = steps.iter().next_back().map(|(n, dir)| {
             let keys = self.settle_keys(id);
