@@ -166,6 +166,16 @@ pub(crate) fn rss_kib() -> Option<u64> {
     Some(pages * u64::try_from(page).ok()? / 1024)
 }
 
+/// Gives every whole free page of the heap back to the kernel (glibc's `malloc_trim`;
+/// with another C library, nothing).
+pub(crate) fn trim_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks the allocator's own free lists, under its locks.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// The calling thread's scheduling so far (`/proc/thread-self/schedstat`): nanoseconds
 /// on a CPU, and nanoseconds runnable but waiting for one. Whatever else a span of wall
 /// time holds, the thread was blocked (on a lock, or on I/O).
