@@ -659,7 +659,7 @@ fn watches_on(dir: &Path) -> usize {
     n
 }
 
-/// The daemon's census lines (one a minute: what it holds), as logged.
+/// The daemon's census lines (one per upkeep: what it holds), as logged.
 fn census(log: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     text.lines()

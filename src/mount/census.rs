@@ -31,15 +31,19 @@ pub(super) fn start(fs: &Fs, caches: &crate::tree::Caches) {
         .spawn(move || {
             loop {
                 std::thread::sleep(UPKEEP_EVERY);
+                let census = log::log_enabled!(target: CENSUS_TARGET, log::Level::Debug);
+                let before = census.then(crate::process::rss_kib).flatten();
                 crate::process::trim_heap();
-                if !log::log_enabled!(target: CENSUS_TARGET, log::Level::Debug) {
+                if !census {
                     continue;
                 }
+                let after = crate::process::rss_kib().unwrap_or(0);
                 let (pages, renderings) = caches.used_bytes();
                 log::debug!(
                     target: CENSUS_TARGET,
-                    "{CENSUS_MARK}rss {} KiB, {}, {}, caches: pages {} KiB, renderings {} KiB",
-                    crate::process::rss_kib().unwrap_or(0),
+                    "{CENSUS_MARK}rss {after} KiB ({} KiB given back), {}, {}, caches: pages {} \
+                     KiB, renderings {} KiB",
+                    before.unwrap_or(after).saturating_sub(after),
                     heap(),
                     fs.census(),
                     pages / 1024,
