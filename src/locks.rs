@@ -75,7 +75,11 @@ pub(crate) fn is_held(held: &Held, dev: u64, ino: u64) -> bool {
 
 /// `/proc/locks` whole, in as few `read`s as it takes (module docs).
 fn read() -> io::Result<String> {
-    let mut file = std::fs::File::open(PROC_LOCKS)?;
+    read_whole(std::fs::File::open(PROC_LOCKS)?)
+}
+
+/// All of `file`, in one `read` while it fits in the buffer, and one that finds the end.
+fn read_whole(mut file: impl Read) -> io::Result<String> {
     let mut buf = vec![0u8; READ_BYTES];
     let mut len = 0;
     loop {
@@ -148,6 +152,34 @@ mod tests {
         assert!(!held_on(locks, 0x103, 2, 77), "a waiter is not a holder");
         assert!(held_on(locks, 0x103, 10, 5_308_480));
         assert!(!held_on("", 0, 0, 0));
+    }
+
+    /// Counts the reads made of it; each gives what fits, as a `seq_file` does.
+    struct Counted<'a>(&'a [u8], usize);
+
+    impl Read for Counted<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.1 += 1;
+            let n = buf.len().min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_table_is_read_in_one_read_and_one_that_finds_its_end() {
+        // Each read(2) of /proc/locks is a round of the kernel's file-lock semaphore
+        // (module docs); a growing buffer (std's read_to_string) made about nine of a
+        // table this size.
+        let line = "1: FLOCK  ADVISORY  WRITE 12463 fe:00:5316619 0 EOF\n";
+        let table = line.repeat(80);
+        let mut src = Counted(table.as_bytes(), 0);
+        assert_eq!(read_whole(&mut src).unwrap(), table);
+        assert_eq!(src.1, 2);
+        let big = line.repeat(READ_BYTES / line.len() + 10);
+        let mut src = Counted(big.as_bytes(), 0);
+        assert_eq!(read_whole(&mut src).unwrap(), big, "a bigger table, whole");
     }
 
     #[test]
