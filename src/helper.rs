@@ -426,7 +426,7 @@ mod tests {
         let list = format!(
             "foreground,log_file={},threads={},sender={},max_message_bytes={},harness={},\
              no_wake,read_only,cache_bytes={},agent={},allow_other,view_modes,\
-             depositors=1001:1002,auto_unmount,prices={}",
+             depositors=1001:1002,auto_unmount,prices={},nice=-7",
             all.log_file.as_ref().unwrap().display(),
             all.threads,
             all.sender,

@@ -166,6 +166,26 @@ pub(crate) fn rss_kib() -> Option<u64> {
     Some(pages * u64::try_from(page).ok()? / 1024)
 }
 
+/// Where the kernel says whether it groups each session for the scheduler.
+const AUTOGROUP_ENABLED: &str = "/proc/sys/kernel/sched_autogroup_enabled";
+/// The calling process's session group's niceness.
+const SELF_AUTOGROUP: &str = "/proc/self/autogroup";
+
+/// Sets the calling thread's niceness to `n` (threads it starts later inherit it) and,
+/// where the kernel groups sessions, its session group's: there, a group is weighed
+/// against every other session's as a whole, whatever its threads' niceness.
+pub(crate) fn set_nice(n: i32) -> std::io::Result<()> {
+    // SAFETY: setpriority with who 0 changes the calling thread alone.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, n) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let grouped = std::fs::read_to_string(AUTOGROUP_ENABLED).is_ok_and(|v| v.trim() == "1");
+    if grouped {
+        std::fs::write(SELF_AUTOGROUP, n.to_string())?;
+    }
+    Ok(())
+}
+
 /// Gives every whole free page of the heap back to the kernel (glibc's `malloc_trim`;
 /// with another C library, nothing).
 pub(crate) fn trim_heap() {

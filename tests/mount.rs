@@ -935,3 +935,49 @@ fn names(dir: &Path) -> std::io::Result<Vec<String>> {
     v.sort();
     Ok(v)
 }
+
+/// The 19th field of `/proc/<pid>/task/<tid>/stat`: the thread's niceness.
+fn thread_nices(pid: i32) -> Vec<i32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks");
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+        .filter_map(|stat| {
+            // After the command's `(...)`, fields 3 on: the niceness is the 19th.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            rest.split_whitespace().nth(16)?.parse().ok()
+        })
+        .collect()
+}
+
+#[test]
+fn nice_sets_every_daemon_thread_and_its_session_group() {
+    let w = workspace(Flavour::Litany);
+    let m = Mounted::with_args(w.f.root(), &["--nice", "5"]);
+    let pid = m.daemon_pid().expect("daemon pid");
+    // Every thread but the one the history lowers further (19) has the niceness asked for.
+    let nices = thread_nices(pid);
+    assert!(nices.len() > 3, "{nices:?}");
+    assert!(nices.iter().all(|n| *n == 5 || *n == 19), "{nices:?}");
+    let grouped = std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
+        .is_ok_and(|v| v.trim() == "1");
+    if grouped {
+        let group = std::fs::read_to_string(format!("/proc/{pid}/autogroup")).unwrap();
+        assert!(group.trim_end().ends_with("nice 5"), "{group}");
+    }
+    // A niceness out of range is refused before anything is mounted.
+    let dir = tempfile::tempdir().unwrap();
+    let out = litanyfs(&[
+        "mount".as_ref(),
+        w.f.root().as_os_str(),
+        dir.path().as_os_str(),
+        "--nice".as_ref(),
+        "-21".as_ref(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("-21"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!is_mounted(dir.path()));
+}

@@ -117,6 +117,13 @@ pub struct MountOptions {
     /// `cost_usd`; tokens no rate covers are `unpriced_tokens`, never free.
     #[arg(long, value_name = "FILE")]
     pub prices: Option<PathBuf>,
+    /// The daemon's niceness, -20 to 19, for its threads and, where the kernel groups
+    /// each session (`sched_autogroup_enabled`), for its session's group: under load that
+    /// group weighs the same as each agent's session, and every request waits its turn
+    /// (doc/USAGE.md#priority). Below 0 needs root (`CAP_SYS_NICE`). Unset: as started.
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i8).range(-20..=19))]
+    pub nice: Option<i8>,
 }
 
 impl Default for MountOptions {
@@ -160,6 +167,7 @@ impl MountOptions {
             depositors,
             auto_unmount,
             prices,
+            nice,
         } = self;
         let d = Self::default();
         let mut a = ArgList::default();
@@ -193,6 +201,7 @@ impl MountOptions {
         );
         a.flag("auto_unmount", *auto_unmount);
         a.value("prices", prices.as_ref().map(|p| p.as_os_str()));
+        a.value("nice", nice.map(|n| n.to_string()));
         a.0
     }
 }
@@ -773,6 +782,14 @@ fn serve(
     let before_dev = std::fs::metadata(&mnt)
         .map_err(|e| MountError::Io(mnt.display().to_string(), e))?
         .dev();
+    // Before any thread starts: each inherits its starter's niceness.
+    if let Some(n) = opts.nice {
+        crate::process::set_nice(n.into()).map_err(|e| {
+            MountError::Daemon(format!(
+                "--nice {n}: {e} (a niceness below 0 needs root or CAP_SYS_NICE)"
+            ))
+        })?;
+    }
     handle_signals(mnt.clone());
     raise_fd_limit();
     return_large_allocations();

@@ -18,6 +18,7 @@ pub(crate) fn every_option() -> MountOptions {
         depositors: vec![1001, 1002],
         auto_unmount: true,
         prices: Some("/etc/prices.json".into()),
+        nice: Some(-7),
     }
 }
 
