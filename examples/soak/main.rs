@@ -31,6 +31,8 @@ struct Options {
     keep: bool,
     /// The mount's `--cache-bytes`.
     cache_bytes: u64,
+    /// The daemon's `--nice` (None: as started).
+    nice: Option<i8>,
 }
 
 /// The soak's `--cache-bytes` unless told otherwise: both caches full within its first
@@ -38,6 +40,10 @@ struct Options {
 /// check's "once warm" (minute 5 of the last daemon) finds them full, as the default 64
 /// MiB are only after 15 minutes or more of this load.
 const SOAK_CACHE_BYTES: u64 = 16 << 20;
+/// The daemon's niceness unless `--nice` says otherwise: the harness starts each executor
+/// in a session of its own, which the kernel's autogroups weigh like the daemon's whole
+/// session; -10 weighs the daemon about 9 times one agent (doc/USAGE.md#priority).
+const SOAK_NICE: i8 = -10;
 
 fn options() -> Result<Options, String> {
     let mut o = Options {
@@ -50,6 +56,7 @@ fn options() -> Result<Options, String> {
         ctl: true,
         keep: false,
         cache_bytes: SOAK_CACHE_BYTES,
+        nice: Some(SOAK_NICE),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -78,10 +85,19 @@ fn options() -> Result<Options, String> {
                     .and_then(|v| v.parse().ok())
                     .ok_or("--cache-bytes needs a number")?
             }
+            "--nice" => {
+                o.nice = match args.next().as_deref() {
+                    Some("none") => None,
+                    v => Some(
+                        v.and_then(|v| v.parse().ok())
+                            .ok_or("--nice needs a number or none")?,
+                    ),
+                }
+            }
             _ => {
                 return Err(format!(
                     "unknown argument {a:?} (--quick, --minutes N, --seed N, --cli, --keep, \
-                     --cache-bytes N)"
+                     --cache-bytes N, --nice N|none)"
                 ));
             }
         }
@@ -152,6 +168,7 @@ fn soak(o: &Options) -> Result<bool, String> {
         litany: litany.clone(),
         tmp: tmpfs.0.clone(),
         cache_bytes: Some(o.cache_bytes),
+        nice: o.nice,
         generation: AtomicU64::new(0),
         since: Mutex::new(Instant::now()),
     };
@@ -309,6 +326,7 @@ fn soak(o: &Options) -> Result<bool, String> {
         "mode": if o.quick { "quick" } else { "full" },
         "minutes": o.minutes,
         "cache_bytes": o.cache_bytes,
+        "daemon_nice": o.nice,
         "seed": o.seed,
         "workspaces": nws,
         "roots_per_workspace": roots,

@@ -330,6 +330,7 @@ pub struct Mount {
     pub tmp: PathBuf,
     /// `--cache-bytes` for the daemon, when not its default.
     pub cache_bytes: Option<u64>,
+    pub nice: Option<i8>,
     /// Bumped at each (re)mount; the threads use it to restart what a remount ends.
     pub generation: AtomicU64,
     /// When the current generation was mounted.
@@ -342,6 +343,9 @@ impl Mount {
         cmd.arg("mount");
         if let Some(b) = self.cache_bytes {
             cmd.arg("--cache-bytes").arg(b.to_string());
+        }
+        if let Some(n) = self.nice {
+            cmd.arg("--nice").arg(n.to_string());
         }
         let out = cmd
             .arg(&self.source)
