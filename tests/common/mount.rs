@@ -27,6 +27,21 @@ pub fn litanyfs(args: &[&std::ffi::OsStr]) -> Output {
     litanyfs_env(args, &[])
 }
 
+/// `litanyfs mount WS <a fresh directory> EXTRA...`, which must fail and leave nothing
+/// mounted: its stderr, for the caller to check that it names the reason.
+#[allow(dead_code)]
+pub fn refused_mount(ws: &Path, extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut args: Vec<&std::ffi::OsStr> = vec!["mount".as_ref(), ws.as_os_str()];
+    args.push(dir.path().as_os_str());
+    args.extend(extra.iter().map(|s| std::ffi::OsStr::new(*s)));
+    let out = litanyfs(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "mounted: {stderr}");
+    assert!(!is_mounted(dir.path()), "{stderr}");
+    stderr
+}
+
 /// [`litanyfs`] with `env` added to the daemon's environment.
 pub fn litanyfs_env(args: &[&std::ffi::OsStr], env: &[(&str, &std::ffi::OsStr)]) -> Output {
     let mut cmd = Command::new(bin());
