@@ -328,8 +328,13 @@ impl Views {
     }
 
     /// The first model of a follower: the refs read afresh, so that a change told before
-    /// it (the flag starts set) costs no second reading at the next look.
+    /// it (the flag starts set) costs no second reading at the next look. A scanner of
+    /// views whose refs the pool watches trusts its reading for
+    /// [`pool::TOPPED_REFS_TRUST`] from then on.
     pub(crate) fn first_scan(&self, scanner: &mut Scanner) -> Model {
+        if self.refs_are_topped() {
+            scanner.trust_refs_for(pool::TOPPED_REFS_TRUST);
+        }
         self.refs_moved.store(false, Ordering::Relaxed);
         scanner.scan()
     }
@@ -337,6 +342,11 @@ impl Views {
     /// A home's pool watches every directory a ref moves in (see `refs_topped`).
     pub(crate) fn refs_topped(&self) {
         self.refs_topped.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a home's pool watches every directory a ref moves in.
+    pub(crate) fn refs_are_topped(&self) -> bool {
+        self.refs_topped.load(Ordering::Relaxed)
     }
 
     /// Whether some watch reports every change to the refs now.
@@ -632,7 +642,7 @@ impl Views {
     /// One look: the workspace now, and its differences from `model` logged (how many
     /// there were, before `--agent` hides any).
     fn look(&self, scanner: &mut Scanner, model: &Model) -> (Model, usize) {
-        let told = self.refs_are_watched() || self.refs_topped.load(Ordering::Relaxed);
+        let told = self.refs_are_watched() || self.refs_are_topped();
         let moved = self.refs_moved.swap(false, Ordering::Relaxed) || !told;
         let mut next = scanner.scan_with(moved);
         self.hold_busy_inboxes(model, &mut next);

@@ -64,10 +64,6 @@ struct TopWatch {
 /// directories are watched as they come.
 type Watched = (std::sync::Weak<Views>, Option<std::path::PathBuf>);
 
-/// What a top directory's watch reports: an entry coming, going or being replaced, as a
-/// tree's watch on the refs does.
-const TOP_MASK: u32 = crate::watch::REFS_MASK;
-
 impl TopWatch {
     fn start() -> Option<Arc<Self>> {
         let inotify = crate::inotify::Inotify::new(false)
@@ -94,7 +90,10 @@ impl TopWatch {
         let mut map = self.views.lock();
         let mut all = true;
         for d in TOP_WATCHED {
-            match self.inotify.add(&views.root.join(d), TOP_MASK) {
+            match self
+                .inotify
+                .add(&views.root.join(d), crate::watch::REFS_MASK)
+            {
                 Ok(wd) => {
                     map.insert(wd, (Arc::downgrade(views), None));
                 }
@@ -115,7 +114,7 @@ impl TopWatch {
         let mut all = true;
         let mut todo = vec![dir];
         while let Some(d) = todo.pop() {
-            match self.inotify.add(&d, TOP_MASK) {
+            match self.inotify.add(&d, crate::watch::REFS_MASK) {
                 Ok(wd) => {
                     map.insert(wd, (Arc::downgrade(views), Some(d.clone())));
                 }
@@ -242,9 +241,6 @@ struct Follower {
     /// making it).
     following: Option<(Scanner, Model)>,
     said: bool,
-    /// Every top directory is watched ([`TopWatch::add`]): a new agent, branch or mark
-    /// pokes the follower.
-    topped: bool,
     quiet: u32,
     /// No look before this (the rest after the last one).
     rested: Instant,
@@ -253,13 +249,12 @@ struct Follower {
 }
 
 impl Follower {
-    fn new(views: Arc<Views>, topped: bool) -> Self {
+    fn new(views: Arc<Views>) -> Self {
         let now = Instant::now();
         Self {
             views,
             following: None,
             said: false,
-            topped,
             quiet: 0,
             rested: now,
             due: now,
@@ -301,11 +296,8 @@ impl Follower {
         match &mut self.following {
             None => match self.views.new_scanner() {
                 Ok(mut scanner) => {
-                    if self.topped {
-                        scanner.trust_refs_for(TOPPED_REFS_TRUST);
-                    }
                     let model = self.views.first_scan(&mut scanner);
-                    if self.topped && !model.agents.values().any(|a| a.running) {
+                    if self.views.refs_are_topped() && !model.agents.values().any(|a| a.running) {
                         // Found at rest: nothing to follow closely until something moves.
                         self.quiet = QUIET_BEFORE_UNWATCHED_TICK;
                     }
@@ -430,7 +422,7 @@ impl Pool {
         if topped {
             views.refs_topped();
         }
-        self.followers.lock().push(Follower::new(views, topped));
+        self.followers.lock().push(Follower::new(views));
         self.wake.poke();
     }
 }
