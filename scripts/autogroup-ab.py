@@ -4,29 +4,26 @@
     python3 scripts/autogroup-ab.py MNT NICE SECONDS
 
 Beside a soak whose daemon runs as started (`scripts/soak --minutes 10 --nice none
---keep`; MNT is its `<dir>/mnt`): every 20 s the newest daemon's session group is set to
+--keep`; MNT is its `<dir>/mnt`): every 20 s the session group of the daemon serving MNT is set to
 niceness 0 (A) or NICE (B) in turn (`/proc/<pid>/autogroup`, root only), and `cat
 MNT/status` is timed once a second. Prints each side's reads, median, 90th percentile,
 longest, and how many took 0.5 s and 1 s or more. Puts the group back to 0 at the end.
 """
 import os
 import statistics
-import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.argv, args = sys.argv[:1], sys.argv[1:]
+import bench  # noqa: E402
 
 PERIOD = 20
 
 
-def daemon():
-    out = subprocess.run(
-        ["pgrep", "-f", "litanyfs mount --foreground"], capture_output=True, text=True
-    ).stdout.split()
-    return max(map(int, out)) if out else None
-
-
-def set_nice(nice):
-    pid = daemon()
+def set_nice(mnt, nice):
+    pid = bench.daemon_pid(mnt)
     try:
         with open(f"/proc/{pid}/autogroup", "w") as f:
             f.write(str(nice))
@@ -35,12 +32,14 @@ def set_nice(nice):
 
 
 def main():
-    mnt, nice_b, total = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    if len(args) != 3:
+        sys.exit(__doc__)
+    mnt, nice_b, total = args[0], int(args[1]), float(args[2])
     times = {"A": [], "B": []}
     start, k = time.time(), 0
     while time.time() - start < total:
         side = "AB"[k % 2]
-        set_nice(0 if side == "A" else nice_b)
+        set_nice(mnt, 0 if side == "A" else nice_b)
         end = time.time() + PERIOD
         while time.time() < end:
             t = time.time()
@@ -53,7 +52,7 @@ def main():
             times[side].append(took)
             time.sleep(max(0.0, 1 - took))
         k += 1
-    set_nice(0)
+    set_nice(mnt, 0)
     for side, xs in times.items():
         xs.sort()
         if xs:

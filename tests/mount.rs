@@ -936,16 +936,12 @@ fn names(dir: &Path) -> std::io::Result<Vec<String>> {
     Ok(v)
 }
 
-/// The 19th field of `/proc/<pid>/task/<tid>/stat`: the thread's niceness.
+/// Each thread's niceness: field 19 of `/proc/<pid>/task/<tid>/stat`.
 fn thread_nices(pid: i32) -> Vec<i32> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks");
     tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
-        .filter_map(|stat| {
-            // After the command's `(...)`, fields 3 on: the niceness is the 19th.
-            let rest = &stat[stat.rfind(')')? + 2..];
-            rest.split_whitespace().nth(16)?.parse().ok()
-        })
+        .filter_map(|t| common::mount::stat_field(&t.ok()?.path().join("stat"), 19))
+        .filter_map(|n| n.parse().ok())
         .collect()
 }
 

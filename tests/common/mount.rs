@@ -149,13 +149,18 @@ impl Drop for Mounted {
     }
 }
 
+/// Field `n` (numbered from 1, as proc(5) does) of a `/proc/.../stat` file, read past the
+/// command's parentheses, which may hold anything.
+pub fn stat_field(stat: &Path, n: usize) -> Option<String> {
+    let text = std::fs::read_to_string(stat).ok()?;
+    let (_, rest) = text.rsplit_once(')')?;
+    rest.split_whitespace()
+        .nth(n.checked_sub(3)?)
+        .map(String::from)
+}
+
 /// Whether `pid` is running (a zombie awaiting its reaper is not).
 pub fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
+    stat_field(Path::new(&format!("/proc/{pid}/stat")), 3)
+        .is_some_and(|state| state != "Z" && state != "X")
 }
