@@ -45,6 +45,12 @@ const SOAK_CACHE_BYTES: u64 = 16 << 20;
 /// session; -10 weighs the daemon about 9 times one agent (doc/USAGE.md#priority).
 const SOAK_NICE: i8 = -10;
 
+/// How long the workspaces compact before the run turns compaction off: each compaction
+/// leaves an agent behind (the eighth 30-minute run grew from 439 to 800 agents in its
+/// last daemon's life), so like the dispatches (load::DISPATCH_CAP) they happen early and
+/// the rest of the run is steady for the RSS check. A quick run compacts all through.
+const COMPACTING_FOR: Duration = Duration::from_secs(4 * 60);
+
 fn options() -> Result<Options, String> {
     let mut o = Options {
         quick: false,
@@ -445,6 +451,12 @@ fn faults(s: &Arc<Shared>, d: Duration, checks: &mut Vec<Check>) -> Result<(), S
             std::thread::sleep(Duration::from_millis(100));
         }
     };
+    // The workspaces compact for a while, then stop growing (world::Home::stop_compactions).
+    if COMPACTING_FOR < d {
+        until(COMPACTING_FOR);
+        s.home.stop_compactions()?;
+        s.fault("compaction off in every workspace (a litany config commit)".into());
+    }
     // An upgrade: SIGTERM, and a new daemon, whose inotify queue is made small (the limit
     // is read when an inotify instance is made) and put back a while later.
     until(at(0.15 + rng.below(5) as f64 / 100.0));

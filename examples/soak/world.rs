@@ -163,6 +163,37 @@ impl Home {
         Ok(home)
     }
 
+    /// Ends compaction in every workspace, as an operator would: a `litany config`
+    /// commit on the `quiet` branch that takes the `compaction:` block out of its
+    /// `workflow.yaml`, which every agent follows from its next step boundary (litany
+    /// resolves the workflow afresh at each). Each compaction makes a compactor agent
+    /// that stays, so until then the workspaces grow all run (crate::load::DISPATCH_CAP).
+    pub fn stop_compactions(&self) -> Result<(), String> {
+        let editor = self.dir.join("bin").join("no-compaction");
+        std::fs::write(
+            &editor,
+            "#!/bin/sh\nset -eu\nf=\"$1/workflow.yaml\"\n\
+             awk '/^compaction:/ { skip = 1; next } skip && /^[^ ]/ { skip = 0 } !skip' \
+             \"$f\" >\"$f.new\"\nmv \"$f.new\" \"$f\"\n",
+        )
+        .map_err(|e| e.to_string())?;
+        run(Command::new("chmod").arg("+x").arg(&editor))?;
+        for w in &self.workspaces {
+            let ws = w.dir.to_string_lossy();
+            let declined = run(self.cmd(&["config", &ws, "quiet"]).env("EDITOR", &editor))?;
+            let now = run(Command::new("git")
+                .arg("--git-dir")
+                .arg(w.dir.join("repo.git"))
+                .args(["show", "config/quiet:workflow.yaml"]))?;
+            if !declined.trim().is_empty() || now.lines().any(|l| l.starts_with("compaction:")) {
+                return Err(format!(
+                    "compaction still on in {ws} (litany config said {declined:?})"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// A litany command with this home's environment (and nothing of an enclosing
     /// session's).
     pub fn cmd(&self, args: &[&str]) -> Command {
