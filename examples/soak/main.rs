@@ -112,6 +112,14 @@ fn options() -> Result<Options, String> {
 }
 
 fn main() {
+    // scripts/soak, before it notes the limit to put back at its exit.
+    if std::env::args().nth(1).as_deref() == Some("--put-back-queue") {
+        if let Err(e) = LoweredQueue::undo_left_behind() {
+            eprintln!("soak: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let o = match options() {
         Ok(o) => o,
         Err(e) => {
@@ -151,6 +159,7 @@ fn soak(o: &Options) -> Result<bool, String> {
         .map_err(|e| e.to_string())?;
     let dir = root.path().to_path_buf();
     let before_tmp = tmp_litanyfs_files();
+    LoweredQueue::undo_left_behind()?;
     // Full: 3 workspaces of 10 roots (30, plus their children: LIVE_AT_LEAST live with room
     // to spare, as each root is idle between its messages); quick: 2 of 6.
     let (nws, roots) = if o.quick { (2, 6) } else { (3, 10) };
@@ -460,7 +469,7 @@ fn faults(s: &Arc<Shared>, d: Duration, checks: &mut Vec<Check>) -> Result<(), S
     // An upgrade: SIGTERM, and a new daemon, whose inotify queue is made small (the limit
     // is read when an inotify instance is made) and put back a while later.
     until(at(0.15 + rng.below(5) as f64 / 100.0));
-    let lowered = LoweredQueue::lower(16)?;
+    let lowered = LoweredQueue::lower(world::LOWERED_QUEUE)?;
     let old = s.mount.kill(libc::SIGTERM)?;
     s.fault(format!(
         "SIGTERM of the daemon (it detached its mount); inotify max_queued_events {} -> 16",

@@ -498,7 +498,28 @@ pub struct LoweredQueue {
     pub was: String,
 }
 
+/// The queue limit the run lowers to for a minute.
+pub const LOWERED_QUEUE: u32 = 16;
+/// The kernel's own `max_queued_events` (`fs/notify/inotify/inotify_user.c`).
+const KERNEL_QUEUE: u32 = 16384;
+
 impl LoweredQueue {
+    /// Puts back a limit that a run killed during its lowered minute left at
+    /// [`LOWERED_QUEUE`] (its `Drop` never ran), so that this run's daemons do not overflow
+    /// all run long (it happened: a ninth 30-minute run found 16 and kept it); says so.
+    pub fn undo_left_behind() -> Result<(), String> {
+        let now = std::fs::read_to_string(QUEUE_LIMIT).map_err(|e| e.to_string())?;
+        if now.trim() == LOWERED_QUEUE.to_string() {
+            std::fs::write(QUEUE_LIMIT, KERNEL_QUEUE.to_string())
+                .map_err(|e| format!("{QUEUE_LIMIT}: {e}"))?;
+            eprintln!(
+                "soak: {QUEUE_LIMIT} was {LOWERED_QUEUE}, as a killed run leaves it; put back to \
+                 {KERNEL_QUEUE}"
+            );
+        }
+        Ok(())
+    }
+
     pub fn lower(to: u32) -> Result<Self, String> {
         let was = std::fs::read_to_string(QUEUE_LIMIT)
             .map_err(|e| e.to_string())?
