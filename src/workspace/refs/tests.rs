@@ -1,7 +1,7 @@
 use super::*;
 
 #[test]
-fn opening_a_workspace_bounds_libgit2s_object_cache() {
+fn opening_a_workspace_bounds_libgit2s_object_cache_and_pack_windows() {
     use crate::fixture::Fixture;
     let t = tempfile::tempdir().unwrap();
     let f = Fixture::create(&t.path().join("ws"), Flavour::Litany).unwrap();
@@ -15,6 +15,18 @@ fn opening_a_workspace_bounds_libgit2s_object_cache() {
     );
     assert!(held <= bound, "{held} > {bound}");
     assert!(a1 != Oid::zero());
+    // SAFETY: reading documented options.
+    let (window, mapped) = unsafe {
+        (
+            git2::opts::get_mwindow_size().unwrap(),
+            git2::opts::get_mwindow_mapped_limit().unwrap(),
+        )
+    };
+    assert_eq!(
+        (window, mapped),
+        (GIT_PACK_WINDOW_BYTES, GIT_PACK_MAPPED_BYTES),
+        "libgit2's are 1 GiB and 8 GiB"
+    );
 }
 
 #[test]
