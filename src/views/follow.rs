@@ -690,6 +690,31 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_meta_json_is_one_being_written_not_a_bad_record() {
+        let t = tempfile::tempdir().unwrap();
+        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+        f.agent("r1", None, &[]).unwrap();
+        std::fs::create_dir_all(f.inbox("r1")).unwrap();
+        let lock = std::fs::File::open(f.inbox("r1")).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid descriptor; the executor's lock, held by this test.
+        assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+        let mut s = Scanner::new(f.root()).unwrap();
+        let mut never = |_: &str, _: &str, _: u64| false;
+        let m0 = s.scan();
+        f.step("r1", 1, &[("request.json", b"{}"), ("meta.json", b"")])
+            .unwrap();
+        let m1 = s.scan();
+        let k = kinds(&diff(&m0, &m1, &mut s, &mut never));
+        assert_eq!(k, vec![("step-started", "steps/r1/001".into())]);
+        f.step("r1", 1, &[("meta.json", b"{}")]).unwrap();
+        let m2 = s.scan();
+        let k = kinds(&diff(&m1, &m2, &mut s, &mut never));
+        assert_eq!(k, vec![("step-finished", "steps/r1/001".into())]);
+        drop(lock);
+    }
+
+    #[test]
     fn a_tool_on_its_way_after_its_step_ended_is_not_a_bad_record() {
         // litany writes meta.json when the model call ends, then makes each tool's
         // directory and writes its input.json: a look in between sees a finished step

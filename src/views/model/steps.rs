@@ -223,6 +223,10 @@ impl Scanner {
                 let dir_mtime = self.backing.lstat(&rel).map(|s| s.mtime.0).unwrap_or(0);
                 let meta = match stat_of(META_FILE) {
                     None => Meta::Missing,
+                    // litany writes it with `fs::write` (create and truncate, then one
+                    // write): an empty one is being written, and one whose writer died
+                    // there says no more than none (the soak saw one reported bad).
+                    Some(st) if st.size == 0 => Meta::Missing,
                     Some(_) => read_meta(&self.backing, &rel.join(META_FILE)),
                 };
                 let done = !matches!(meta, Meta::Missing);
