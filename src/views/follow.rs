@@ -689,16 +689,22 @@ mod tests {
         assert!(kinds(&diff(&m1, &m2, &mut s, &mut never)).is_empty());
     }
 
-    #[test]
-    fn an_empty_meta_json_is_one_being_written_not_a_bad_record() {
-        let t = tempfile::tempdir().unwrap();
-        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
+    /// A workspace at `dir` with agent `r1`, whose executor lock the returned file holds.
+    fn running_agent(dir: &std::path::Path) -> (Fixture, std::fs::File) {
+        use std::os::fd::AsRawFd;
+        let f = Fixture::create(dir, Flavour::Litany).unwrap();
         f.agent("r1", None, &[]).unwrap();
         std::fs::create_dir_all(f.inbox("r1")).unwrap();
         let lock = std::fs::File::open(f.inbox("r1")).unwrap();
-        use std::os::fd::AsRawFd;
-        // SAFETY: a valid descriptor; the executor's lock, held by this test.
+        // SAFETY: a valid descriptor; the executor's lock, held by the caller.
         assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+        (f, lock)
+    }
+
+    #[test]
+    fn an_empty_meta_json_is_one_being_written_not_a_bad_record() {
+        let t = tempfile::tempdir().unwrap();
+        let (f, lock) = running_agent(t.path());
         let mut s = Scanner::new(f.root()).unwrap();
         let mut never = |_: &str, _: &str, _: u64| false;
         let m0 = s.scan();
@@ -720,13 +726,7 @@ mod tests {
         // directory and writes its input.json: a look in between sees a finished step
         // with a tool directory and no input yet.
         let t = tempfile::tempdir().unwrap();
-        let f = Fixture::create(t.path(), Flavour::Litany).unwrap();
-        f.agent("r1", None, &[]).unwrap();
-        std::fs::create_dir_all(f.inbox("r1")).unwrap();
-        let lock = std::fs::File::open(f.inbox("r1")).unwrap();
-        use std::os::fd::AsRawFd;
-        // SAFETY: a valid descriptor; the executor's lock, held by this test.
-        assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+        let (f, lock) = running_agent(t.path());
         let mut s = Scanner::new(f.root()).unwrap();
         let mut never = |_: &str, _: &str, _: u64| false;
         let m0 = s.scan();
