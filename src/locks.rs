@@ -131,12 +131,13 @@ fn read_whole(mut file: impl Read, first: usize) -> io::Result<(String, usize)> 
         if len == buf.len() {
             buf.resize(buf.len() * 2, 0);
         }
-        let want = if reads == 0 {
+        // `len` is 0 until a `read` gives bytes: only the first asks for `first`.
+        let end = if reads == 0 {
             first.min(buf.len())
         } else {
             buf.len()
         };
-        match file.read(&mut buf[len..want.max(len)]) {
+        match file.read(&mut buf[len..end]) {
             Ok(0) => break,
             Ok(n) => {
                 len += n;
