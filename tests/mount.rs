@@ -506,7 +506,11 @@ fn latest_and_transcript_md_follow_their_changes() {
     // Listed and looked at, so the kernel holds all three.
     ls(&m.path(&format!("steps/{A}")));
     let before = std::fs::symlink_metadata(&latest).unwrap();
-    let text = std::fs::read_to_string(&transcript).unwrap();
+    assert!(
+        !std::fs::read_to_string(&transcript)
+            .unwrap()
+            .contains("step 002")
+    );
     assert!(theirs.exists());
     std::thread::sleep(Duration::from_millis(20));
     f.step(A, 2, &[("request.json", b"{}")]).unwrap();
@@ -523,6 +527,12 @@ fn latest_and_transcript_md_follow_their_changes() {
         "latest kept the times of {before:?}"
     );
     assert_eq!(std::fs::read_link(&latest).unwrap(), Path::new("002"));
+    // The new step is a part of the transcript too: wait for it, so that what grows
+    // next is the branch's doing alone.
+    assert!(eventually(LIVE, || std::fs::read_to_string(&transcript)
+        .unwrap()
+        .contains("step 002")));
+    let text = std::fs::read_to_string(&transcript).unwrap();
     f.agent(A, Some("Alpha"), &[("messages/002-user.md", b"second\n")])
         .unwrap();
     // Its size first: a read would make the kernel ask for it anyway.
