@@ -72,9 +72,11 @@ impl Tree {
         let inbox = Path::new(INBOX_DIR).join(agent);
         let inbox_st = self.backing.lstat(&inbox).ok().filter(Stat::is_dir);
         let live = inbox_st.is_some_and(|st| crate::locks::is_held(&held_flocks(), st.dev, st.ino));
-        if inbox_st.is_some() {
-            facts.waiting = self.waiting(&inbox, &mut newest);
-        }
+        let mut waiting = if inbox_st.is_some() {
+            self.waiting(&inbox, &mut newest)
+        } else {
+            Vec::new()
+        };
         if let Some(value) = snap
             .marks
             .get(HELD_KIND)
@@ -91,6 +93,7 @@ impl Tree {
             });
         }
         let Some((step, _)) = self.latest_step(agent)? else {
+            facts.waiting = waiting.into_iter().map(|(_, n, b)| (n, b)).collect();
             return Ok((facts, newest));
         };
         let dir = Path::new(STEPS_DIR).join(agent).join(&step);
@@ -160,37 +163,48 @@ impl Tree {
             facts.running = self.running_tool(&dir.join(TOOLS_DIR));
         }
         if live && facts.model.is_none() && facts.running.is_none() && facts.held.is_none() {
-            facts.written = self.written(agent, tip, &dir.join(TOOLS_DIR));
+            let written = self.written(agent, tip, &dir.join(TOOLS_DIR));
+            // The inbox was listed before the worktree: a delivery renamed in between is
+            // in both listings, one file (one inode). It is shown once, as written.
+            waiting.retain(|(ino, _, _)| !written.iter().any(|(i, ..)| i == ino));
+            facts.written = written.into_iter().map(|(_, n, b, s)| (n, b, s)).collect();
         }
+        facts.waiting = waiting.into_iter().map(|(_, n, b)| (n, b)).collect();
         Ok((facts, newest))
     }
 
     /// The entries litany has written into `agent`'s worktree and not committed at
     /// `tip`: a delivery renamed there, a tool's result written there, each committed an
     /// instant later. Looked for only while an executor is between a model call and a
-    /// tool (the only moments these exist), since it lists the whole transcript.
-    fn written(&self, agent: &str, tip: Oid, tools: &Path) -> Vec<(String, Vec<u8>, Option<i64>)> {
+    /// tool (the only moments these exist), since it lists the whole transcript. Each
+    /// with its inode number first.
+    fn written(
+        &self,
+        agent: &str,
+        tip: Oid,
+        tools: &Path,
+    ) -> Vec<(u64, String, Vec<u8>, Option<i64>)> {
         let Ok(committed) = self.records.transcript_rendering(&self.refs, tip) else {
             return Vec::new();
         };
         let max = committed.max_seq();
         let messages = Path::new(AGENTS_DIR).join(agent).join(MESSAGES_DIR);
-        let mut found: Vec<(u32, String)> = self
+        let mut found: Vec<(u32, String, u64)> = self
             .backing
             .list(&messages)
             .unwrap_or_default()
             .into_iter()
             .filter(|(_, st)| st.is_file())
-            .filter_map(|(name, _)| {
+            .filter_map(|(name, st)| {
                 let name = name.into_string().ok()?;
                 let n: u32 = name.split('-').next()?.parse().ok()?;
-                (n > max).then_some((n, name))
+                (n > max).then_some((n, name, st.ino))
             })
             .collect();
         found.sort();
         found
             .into_iter()
-            .filter_map(|(_, name)| {
+            .filter_map(|(_, name, ino)| {
                 let (mut f, _) = self.backing.open_file(&messages.join(&name)).ok()?;
                 let mut bytes = Vec::new();
                 f.read_to_end(&mut bytes).ok()?;
@@ -200,14 +214,15 @@ impl Tree {
                     .and_then(|v| v.get(0)?.get("tool_use_id")?.as_str().map(str::to_string))
                     .and_then(|id| self.backing.lstat(&tools.join(id).join(INPUT_FILE)).ok())
                     .map(|st| st.mtime.0);
-                Some((name, bytes, since))
+                Some((ino, name, bytes, since))
             })
             .collect()
     }
 
-    /// The deposits of `inbox` the drain accepts, in its order, with their bytes.
-    fn waiting(&self, inbox: &Path, newest: &mut i64) -> Vec<(String, Vec<u8>)> {
-        let mut pending: Vec<((i64, i64), String)> = self
+    /// The deposits of `inbox` the drain accepts, in its order, with their inode numbers
+    /// and bytes.
+    fn waiting(&self, inbox: &Path, newest: &mut i64) -> Vec<(u64, String, Vec<u8>)> {
+        let mut pending: Vec<((i64, i64), String, u64)> = self
             .backing
             .list(inbox)
             .unwrap_or_default()
@@ -216,18 +231,18 @@ impl Tree {
             .filter_map(|(name, st)| {
                 let name = name.into_string().ok()?;
                 pending_sender(&name)?;
-                Some((st.mtime, name))
+                Some((st.mtime, name, st.ino))
             })
             .collect();
         pending.sort();
         pending
             .into_iter()
-            .filter_map(|(mtime, name)| {
+            .filter_map(|(mtime, name, ino)| {
                 let (mut f, _) = self.backing.open_file(&inbox.join(&name)).ok()?;
                 let mut bytes = Vec::new();
                 f.read_to_end(&mut bytes).ok()?;
                 *newest = (*newest).max(mtime.0);
-                Some((name, bytes))
+                Some((ino, name, bytes))
             })
             .collect()
     }

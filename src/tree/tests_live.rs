@@ -290,6 +290,43 @@ fn waiting_deposits_are_the_next_entries_in_drain_order() {
     );
 }
 
+/// A delivery renames the deposit into the worktree, and the inbox is listed before the
+/// worktree: caught between the two, the one file is in both listings. It shows once,
+/// where the commit will put it; twice would make the file shrink under `tail -f`.
+#[test]
+fn a_deposit_caught_mid_delivery_shows_once() {
+    let (_t, f, tree, parent) = setup();
+    // A step whose entry is committed (its `meta.json` names the tip's parent), and its
+    // executor still holding the agent: when a drain runs.
+    let tip = commit(&f, &[], "transcript 002: x");
+    assert_ne!(parent, tip);
+    f.step(
+        A,
+        1,
+        &[
+            ("request.json", REQUEST),
+            ("response.json", b""),
+            (
+                "meta.json",
+                format!("{{\"commit\": \"{parent}\"}}").as_bytes(),
+            ),
+        ],
+    )
+    .unwrap();
+    let _executor = Executor::hold(&f, A);
+    let deposit = f
+        .inbox_file(A, "user-002.md", b"---\nfrom: user\n---\nsecond")
+        .unwrap();
+    let messages = f.root().join("agents").join(A).join("messages");
+    std::fs::create_dir_all(&messages).unwrap();
+    // Both names of one inode: what the two listings see across the rename.
+    std::fs::hard_link(&deposit, messages.join("002-user.md")).unwrap();
+    let got = transcript(&tree);
+    assert_eq!(got.matches("second").count(), 1, "{got}");
+    assert!(got.contains(&format!("## 002 user · {WAITING}")), "{got}");
+    assert!(!got.contains("## 003"), "{got}");
+}
+
 /// An open `transcript.md` reads one view while reads fall inside it, and follows the
 /// agent from its end, as `tail -f` reads it.
 #[test]
