@@ -108,6 +108,12 @@ impl std::error::Error for DepositError {
     }
 }
 
+impl From<crate::workspace::refs::GitError> for DepositError {
+    fn from(e: crate::workspace::refs::GitError) -> Self {
+        Self::git(e.op, e.source)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

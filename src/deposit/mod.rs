@@ -41,9 +41,6 @@ use crate::workspace::clock::now_utc;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use git2::Repository;
-use parking_lot::Mutex;
-
 pub(crate) use error::DepositError;
 pub(crate) use guard::{Guard, GuardOptions, OnRedeposit};
 pub(crate) use publish::Published;
@@ -55,6 +52,7 @@ pub(crate) use validate::{
 pub(crate) use wake::{Later, Wake, Waker, executor_busy, find_harness};
 
 use crate::workspace::Workspace;
+use crate::workspace::handles::Handle;
 
 /// Waits for one of the engine's helper threads, already told to stop, and logs it if it
 /// panicked (`what` names it).
@@ -119,7 +117,7 @@ pub struct Deposited {
 /// The deposit engine of one workspace.
 pub struct Depositor {
     root: PathBuf,
-    repo: Mutex<Repository>,
+    repo: Handle,
     max: usize,
     waker: Arc<Waker>,
     wake: WakeMode,
@@ -132,8 +130,7 @@ pub struct Depositor {
 impl Depositor {
     pub fn new(ws: &Workspace, opts: Options) -> Result<Self, DepositError> {
         let repo_dir = ws.repo_dir();
-        let repo = Repository::open_bare(&repo_dir)
-            .map_err(|e| DepositError::git(format!("open {}", repo_dir.display()), e))?;
+        let repo = Handle::open(&repo_dir).map_err(DepositError::from)?;
         let waker = Arc::new(Waker::new(ws.root(), opts.harness.as_deref()));
         let wake = opts.wake;
         let guard = opts.guard.and_then(|g| {
@@ -171,7 +168,7 @@ impl Depositor {
         };
         Ok(Self {
             root: ws.root().to_path_buf(),
-            repo: Mutex::new(repo),
+            repo,
             max: opts.max_message_bytes,
             waker,
             wake,
@@ -188,12 +185,12 @@ impl Depositor {
 
     /// Whether `recipient` can receive messages now (one component with an agent ref).
     pub(crate) fn check_recipient(&self, recipient: &str) -> Result<(), DepositError> {
-        check_recipient(&self.repo.lock(), recipient)
+        self.repo.with(|r| check_recipient(r, recipient))?
     }
 
     /// Whether `sender` may stamp deposits: `user`, or an existing agent's id.
     pub(crate) fn check_sender(&self, sender: &str) -> Result<(), DepositError> {
-        check_sender(&self.repo.lock(), sender)
+        self.repo.with(|r| check_sender(r, sender))?
     }
 
     /// Validates, renders and publishes `content` from `sender` to `recipient`, then
@@ -206,10 +203,11 @@ impl Depositor {
     ) -> Result<Deposited, DepositError> {
         let text = check_content(content, self.max)?;
         let from_name = {
-            let repo = self.repo.lock();
-            check_recipient(&repo, recipient)?;
-            check_sender(&repo, sender)?;
-            sender_name(&repo, sender)
+            self.repo.with(|repo| -> Result<_, DepositError> {
+                check_recipient(repo, recipient)?;
+                check_sender(repo, sender)?;
+                Ok(sender_name(repo, sender))
+            })??
         };
         let body = render(sender, from_name.as_deref(), &now_utc(), text);
         let published = match &self.guard {

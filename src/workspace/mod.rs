@@ -7,6 +7,7 @@
 
 pub(crate) mod backing;
 pub(crate) mod clock;
+pub(crate) mod handles;
 pub mod ids;
 pub mod inbox;
 pub mod refs;

@@ -12,9 +12,9 @@
 //! and every request that needs the refs waits for it. Git objects are immutable and read
 //! on demand.
 //!
-//! Bounded: each read goes through a handle of its own from a small pool ([`Pool`]), so
-//! one slow read (a large blob, a long history) holds up only the request that asked for
-//! it; a blob is read whole only up to [`MAX_BLOB_BYTES`], and one being read is shared
+//! Bounded: each read goes through a handle of its own from a small pool
+//! ([`super::handles`]), so one slow read (a large blob, a long history) holds up only the
+//! request that asked for it; a blob is read whole only up to [`MAX_BLOB_BYTES`], and one being read is shared
 //! by every open of it; a first-parent walk stops after [`MAX_HISTORY_COMMITS`].
 
 use std::collections::{BTreeMap, HashMap};
@@ -26,6 +26,7 @@ use std::time::{Duration, Instant, SystemTime};
 use git2::{ObjectType, Oid, Repository};
 use parking_lot::Mutex;
 
+use super::handles::Pool;
 use super::ids::is_component;
 
 /// The branch prefix of every config lineage: `refs/heads/config/<name>`.
@@ -227,7 +228,10 @@ impl std::fmt::Display for GitError {
 
 impl std::error::Error for GitError {}
 
-fn git<T>(op: impl FnOnce() -> String, r: Result<T, git2::Error>) -> Result<T, GitError> {
+pub(super) fn git<T>(
+    op: impl FnOnce() -> String,
+    r: Result<T, git2::Error>,
+) -> Result<T, GitError> {
     r.map_err(|source| GitError { op: op(), source })
 }
 
@@ -258,134 +262,14 @@ enum ObjectInfo {
 /// larger one is never read into memory (the view answers `EFBIG`).
 pub(crate) const MAX_BLOB_BYTES: u64 = 32 << 20;
 
-/// What libgit2 keeps of the commits and trees it parsed, over every handle of the
-/// process, counted as it counts (the objects' raw sizes; parsed, they weigh about twice
-/// that). Its own default, 256 MiB, is a daemon's memory slowly taken over by a live
-/// workspace's history: every look at an agent's newest commit adds what no one reads
-/// again. What is read again within a look stays: each agent's newest commit and its
-/// small trees (libgit2 keeps no tree over 4 KiB), a few KiB an agent. At 16 MiB the
-/// cache was still filling 20 minutes into a soak (doc/TESTING.md), which no one could
-/// tell from a leak.
-pub(crate) const GIT_OBJECT_CACHE_BYTES: usize = 4 << 20;
-
-/// The windows libgit2 maps pack files in, and the most it keeps mapped at once. Its
-/// defaults (1 GiB windows, 8 GiB in all) never unmap anything a daemon reads: every page
-/// of a pack a walk once touched stayed in the RSS (30 MiB of a soak's 110 MiB daemon were
-/// pack pages, and growing). Past the bound the least recently used window is unmapped,
-/// and a page read again comes from the kernel's page cache.
-pub(crate) const GIT_PACK_WINDOW_BYTES: usize = 1 << 20;
-pub(crate) const GIT_PACK_MAPPED_BYTES: usize = 16 << 20;
-
-/// Sets libgit2's object cache bound to [`GIT_OBJECT_CACHE_BYTES`] and its pack windows to
-/// [`GIT_PACK_WINDOW_BYTES`] and [`GIT_PACK_MAPPED_BYTES`], once per process, before the
-/// first repository is opened.
-fn bound_object_cache() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        libgit2_sys::init();
-        // SAFETY: a documented option taking one ssize_t, set once before any
-        // repository is opened through this module.
-        let r = unsafe {
-            libgit2_sys::git_libgit2_opts(
-                libgit2_sys::GIT_OPT_SET_CACHE_MAX_SIZE as libc::c_int,
-                GIT_OBJECT_CACHE_BYTES as libc::ssize_t,
-            )
-        };
-        if r != 0 {
-            log::warn!("git: could not bound the object cache (libgit2 said {r})");
-        }
-        // SAFETY: documented options taking one size_t each, set before any repository
-        // is opened through this module.
-        let windows = unsafe {
-            git2::opts::set_mwindow_size(GIT_PACK_WINDOW_BYTES)
-                .and_then(|()| git2::opts::set_mwindow_mapped_limit(GIT_PACK_MAPPED_BYTES))
-        };
-        if let Err(e) = windows {
-            log::warn!("git: could not bound the pack windows ({e})");
-        }
-    });
-}
-
-/// libgit2's object cache now: bytes held and the bound, as it counts them.
-#[cfg(test)]
-pub(crate) fn object_cache() -> (usize, usize) {
-    let (mut now, mut max): (libc::ssize_t, libc::ssize_t) = (0, 0);
-    // SAFETY: the documented option, given two pointers to ssize_t that outlive the call.
-    unsafe {
-        libgit2_sys::git_libgit2_opts(
-            libgit2_sys::GIT_OPT_GET_CACHED_MEMORY as libc::c_int,
-            &mut now as *mut libc::ssize_t,
-            &mut max as *mut libc::ssize_t,
-        );
-    }
-    (now.max(0) as usize, max.max(0) as usize)
-}
 /// The most commits a first-parent walk reads; an older commit is as if it were not
 /// there (a transcript entry it alone dates shows `time unknown`).
 pub(crate) const MAX_HISTORY_COMMITS: usize = 100_000;
 /// The longest `name` file read as a name; a longer one names nobody.
 const MAX_NAME_BYTES: u64 = 4096;
-/// The most idle handles on `repo.git` kept for reuse ([`Pool`]).
-const MAX_IDLE_HANDLES: usize = 16;
 /// How many blobs being read are remembered (by a weak reference) before the forgotten
 /// ones are swept.
 const SHARED_BLOBS: usize = 1024;
-
-/// Handles on `repo.git`, each lent to one reader at a time: `git2`'s handle is not to be
-/// shared between threads, and one handle behind one lock made every git read wait for
-/// the slowest (a large blob, a long walk). A handle is opened when none is idle, and at
-/// most [`MAX_IDLE_HANDLES`] are kept.
-struct Pool {
-    dir: PathBuf,
-    idle: Mutex<Vec<Repository>>,
-}
-
-/// A handle lent by the [`Pool`], given back when dropped.
-struct Lease<'a> {
-    pool: &'a Pool,
-    repo: Option<Repository>,
-}
-
-impl Pool {
-    fn open(&self) -> Result<Repository, GitError> {
-        bound_object_cache();
-        git(
-            || format!("open {}", self.dir.display()),
-            Repository::open_bare(&self.dir),
-        )
-    }
-
-    fn get(&self) -> Result<Lease<'_>, GitError> {
-        let idle = self.idle.lock().pop();
-        let repo = match idle {
-            Some(r) => r,
-            None => self.open()?,
-        };
-        Ok(Lease {
-            pool: self,
-            repo: Some(repo),
-        })
-    }
-}
-
-impl std::ops::Deref for Lease<'_> {
-    type Target = Repository;
-    fn deref(&self) -> &Repository {
-        // Taken only by `drop`.
-        self.repo.as_ref().unwrap_or_else(|| unreachable!())
-    }
-}
-
-impl Drop for Lease<'_> {
-    fn drop(&mut self) {
-        let mut idle = self.pool.idle.lock();
-        if idle.len() < MAX_IDLE_HANDLES
-            && let Some(r) = self.repo.take()
-        {
-            idle.push(r);
-        }
-    }
-}
 
 /// The workspace's `repo.git`, shared by the request threads.
 pub struct Refs {
@@ -401,12 +285,7 @@ pub struct Refs {
 
 impl Refs {
     pub fn open(repo_dir: &Path) -> Result<Self, GitError> {
-        let pool = Pool {
-            dir: repo_dir.to_path_buf(),
-            idle: Mutex::new(Vec::new()),
-        };
-        let first = pool.open()?;
-        pool.idle.lock().push(first);
+        let pool = Pool::open(repo_dir)?;
         Ok(Self {
             repo_dir: repo_dir.to_path_buf(),
             pool,

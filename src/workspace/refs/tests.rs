@@ -1,4 +1,7 @@
 use super::*;
+use crate::workspace::handles::{
+    GIT_OBJECT_CACHE_BYTES, GIT_PACK_MAPPED_BYTES, GIT_PACK_WINDOW_BYTES, object_cache,
+};
 
 #[test]
 fn opening_a_workspace_bounds_libgit2s_object_cache_and_pack_windows() {
@@ -164,7 +167,7 @@ fn reads_are_bounded_and_shared() {
         Some(GitEntry::Blob { .. })
     ));
     drop(held);
-    assert!(refs.pool.idle.lock().len() >= 2);
+    assert!(refs.pool.idle() >= 2);
 }
 
 #[test]

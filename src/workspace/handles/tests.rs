@@ -1,0 +1,97 @@
+//! Handles let go of the packs a repack replaced: checked on this process's own
+//! descriptors, against a repository repacked by `git` as the harness's `gc` would.
+
+use std::path::Path;
+use std::process::Command;
+
+use super::*;
+use crate::fixture::Fixture;
+use crate::workspace::refs::Flavour;
+
+/// Packs everything into one new pack and deletes the old ones (`git repack -a -d`).
+fn repack(repo: &Path) {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(["repack", "-a", "-d", "-q"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// The pack files under `repo` this process holds open after they were deleted.
+fn deleted_packs_held(repo: &Path) -> Vec<String> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|p| p.to_string_lossy().into_owned())
+        .filter(|p| p.starts_with(&*repo.to_string_lossy()) && p.ends_with(".pack (deleted)"))
+        .collect()
+}
+
+/// A repository with two agents' commits in one pack, and the id of one commit.
+fn packed() -> (tempfile::TempDir, Fixture, PathBuf, git2::Oid) {
+    let t = tempfile::tempdir().unwrap();
+    let f = Fixture::create(&t.path().join("ws"), Flavour::Litany).unwrap();
+    let tip = f.agent("a1", None, &[("notes.md", b"one")]).unwrap();
+    let repo = t.path().join("ws").join("repo.git");
+    repack(&repo);
+    (t, f, repo, tip)
+}
+
+/// Reads `oid` (from its pack) and a commit made after the repack.
+fn read_through(repo: &Repository, oid: git2::Oid) {
+    assert!(repo.find_commit(oid).is_ok());
+}
+
+#[test]
+fn a_pool_lets_go_of_a_pack_a_repack_deleted() {
+    let (_t, f, repo, tip) = packed();
+    let pool = Pool::open(&repo).unwrap();
+    read_through(&pool.get().unwrap(), tip);
+    assert!(deleted_packs_held(&repo).is_empty());
+    // A new commit, and a repack that replaces the pack the handle read.
+    let newer = f.agent("a2", None, &[("notes.md", b"two")]).unwrap();
+    // The fixture's own handle would hold the old pack too (packs are shared).
+    drop(f);
+    repack(&repo);
+    std::thread::sleep(PACKS_LOOKED_AT_EVERY);
+    let lease = pool.get().unwrap();
+    read_through(&lease, newer);
+    read_through(&lease, tip);
+    drop(lease);
+    assert_eq!(deleted_packs_held(&repo), Vec::<String>::new());
+    assert_eq!(pool.idle(), 1);
+}
+
+#[test]
+fn a_lent_handle_of_an_earlier_state_is_closed_when_given_back() {
+    let (_t, f, repo, tip) = packed();
+    let pool = Pool::open(&repo).unwrap();
+    let early = pool.get().unwrap();
+    read_through(&early, tip);
+    f.agent("a2", None, &[("notes.md", b"two")]).unwrap();
+    drop(f);
+    repack(&repo);
+    std::thread::sleep(PACKS_LOOKED_AT_EVERY);
+    // A reader after the repack sees the new state, and the early handle, given back
+    // after that, is not kept.
+    read_through(&pool.get().unwrap(), tip);
+    drop(early);
+    assert_eq!(deleted_packs_held(&repo), Vec::<String>::new());
+    assert_eq!(pool.idle(), 1);
+}
+
+#[test]
+fn a_single_handle_lets_go_of_a_pack_a_repack_deleted() {
+    let (_t, f, repo, tip) = packed();
+    let handle = Handle::open(&repo).unwrap();
+    handle.with(|r| read_through(r, tip)).unwrap();
+    let newer = f.agent("a2", None, &[("notes.md", b"two")]).unwrap();
+    // The fixture's own handle would hold the old pack too (packs are shared).
+    drop(f);
+    repack(&repo);
+    std::thread::sleep(PACKS_LOOKED_AT_EVERY);
+    handle.with(|r| read_through(r, newer)).unwrap();
+    assert_eq!(deleted_packs_held(&repo), Vec::<String>::new());
+}
