@@ -1,5 +1,6 @@
-//! The daemon's upkeep: every [`UPKEEP_EVERY`] it gives the heap's free pages back to the
-//! kernel, and, when asked for (`RUST_LOG=litanyfs::census=debug`), logs a census line of
+//! The daemon's upkeep: every [`UPKEEP_EVERY`] it closes the git handles whose packs a
+//! repack replaced ([`crate::workspace::handles::sweep`]), gives the heap's free pages back
+//! to the kernel, and, when asked for (`RUST_LOG=litanyfs::census=debug`), logs a census line of
 //! what it holds, so that a memory that grows can be told apart: the caches filling to
 //! their bound, the inode numbers the kernel references, or a heap that frays.
 //!
@@ -35,6 +36,7 @@ pub(super) fn start(fs: &Fs, caches: &crate::tree::Caches) {
                 std::thread::sleep(UPKEEP_EVERY);
                 let census = log::log_enabled!(target: CENSUS_TARGET, log::Level::Debug);
                 let before = census.then(crate::process::rss_kib).flatten();
+                crate::workspace::handles::sweep();
                 crate::process::trim_heap();
                 if !census {
                     continue;

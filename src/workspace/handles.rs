@@ -11,8 +11,9 @@
 //! such a handle ends up holding every pack of the day. Each handle here is tied to the
 //! state of `objects/pack` it was opened in ([`PackState`]); once that state has passed,
 //! the handle is closed and a new one opened when next needed. The state is looked at no
-//! more than once a [`PACKS_LOOKED_AT_EVERY`], so a pack replaced is let go of within that
-//! much time of the next read.
+//! more than once a [`PACKS_LOOKED_AT_EVERY`] by a reader, and by the daemon's upkeep
+//! ([`sweep`]) for handles nobody reads, so a replaced pack is closed within a second of
+//! the next read, or at the next upkeep.
 //!
 //! **One reader a handle.** `git2`'s handle is not to be shared between threads, and one
 //! handle behind one lock made every git read wait for the slowest (a large blob, a long
@@ -20,6 +21,7 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use git2::Repository;
@@ -152,18 +154,64 @@ fn open(dir: &Path) -> Result<Repository, GitError> {
     )
 }
 
+/// What the upkeep goes round: every pool and handle still open (see [`sweep`]).
+static OPEN: Mutex<Vec<Weak<dyn Sweep>>> = Mutex::new(Vec::new());
+
+/// Closes the handles whose packs' state has passed.
+trait Sweep: Send + Sync {
+    fn sweep(&self);
+}
+
+fn register(s: Weak<dyn Sweep>) {
+    let mut open = OPEN.lock();
+    open.retain(|w| w.strong_count() > 0);
+    open.push(s);
+}
+
+/// Closes every idle handle of the process whose packs' state has passed, so that a
+/// workspace nobody reads after a repack does not keep the old packs until its next
+/// read. The daemon's upkeep calls it (every few seconds).
+pub(crate) fn sweep() {
+    let live: Vec<Arc<dyn Sweep>> = {
+        let mut open = OPEN.lock();
+        open.retain(|w| w.strong_count() > 0);
+        open.iter().filter_map(Weak::upgrade).collect()
+    };
+    for s in live {
+        s.sweep();
+    }
+}
+
 /// Handles on one `repo.git`, each lent to one reader at a time. A handle is opened when
 /// none is idle, at most [`MAX_IDLE_HANDLES`] are kept, and none outlives the state of the
 /// packs it was opened in (module docs).
-pub(crate) struct Pool {
+pub(crate) struct Pool(Arc<Idle>);
+
+struct Idle {
     dir: PathBuf,
     packs: Packs,
-    idle: Mutex<Vec<(Repository, PackState)>>,
+    handles: Mutex<Vec<(Repository, PackState)>>,
+}
+
+impl Sweep for Idle {
+    fn sweep(&self) {
+        let packs = self.packs.now();
+        let stale: Vec<_> = {
+            let mut handles = self.handles.lock();
+            let (kept, stale) = std::mem::take(&mut *handles)
+                .into_iter()
+                .partition(|(_, p)| *p == packs);
+            *handles = kept;
+            stale
+        };
+        // Closed outside the lock.
+        drop(stale);
+    }
 }
 
 /// A handle lent by the [`Pool`], given back when dropped.
 pub(crate) struct Lease<'a> {
-    pool: &'a Pool,
+    pool: &'a Idle,
     repo: Option<Repository>,
     packs: PackState,
 }
@@ -171,30 +219,33 @@ pub(crate) struct Lease<'a> {
 impl Pool {
     /// A pool on `dir`, with one handle opened (so that a bad repository is told now).
     pub(crate) fn open(dir: &Path) -> Result<Self, GitError> {
-        let pool = Pool {
+        let idle = Arc::new(Idle {
             dir: dir.to_path_buf(),
             packs: Packs::new(dir),
-            idle: Mutex::new(Vec::new()),
-        };
+            handles: Mutex::new(Vec::new()),
+        });
         let first = open(dir)?;
-        pool.idle.lock().push((first, pool.packs.known()));
-        Ok(pool)
+        idle.handles.lock().push((first, idle.packs.known()));
+        let weak: Weak<Idle> = Arc::downgrade(&idle);
+        register(weak);
+        Ok(Pool(idle))
     }
 
     pub(crate) fn get(&self) -> Result<Lease<'_>, GitError> {
-        let packs = self.packs.now();
+        let pool = &*self.0;
+        let packs = pool.packs.now();
         let kept = {
-            let mut idle = self.idle.lock();
+            let mut idle = pool.handles.lock();
             // Handles of an earlier state are closed, here and as they come back.
             idle.retain(|(_, p)| *p == packs);
             idle.pop()
         };
         let repo = match kept {
             Some((r, _)) => r,
-            None => open(&self.dir)?,
+            None => open(&pool.dir)?,
         };
         Ok(Lease {
-            pool: self,
+            pool,
             repo: Some(repo),
             packs,
         })
@@ -203,7 +254,7 @@ impl Pool {
     /// How many handles are idle (for tests).
     #[cfg(test)]
     pub(crate) fn idle(&self) -> usize {
-        self.idle.lock().len()
+        self.0.handles.lock().len()
     }
 }
 
@@ -220,7 +271,7 @@ impl Drop for Lease<'_> {
         if self.packs != self.pool.packs.known() {
             return;
         }
-        let mut idle = self.pool.idle.lock();
+        let mut idle = self.pool.handles.lock();
         if idle.len() < MAX_IDLE_HANDLES
             && let Some(r) = self.repo.take()
         {
@@ -230,12 +281,23 @@ impl Drop for Lease<'_> {
 }
 
 /// One handle on a `repo.git`, for an owner that reads it under a lock of its own (the
-/// depositor, the deposit guard): opened at first use, and again once its packs' state
-/// has passed.
-pub(crate) struct Handle {
+/// depositor): opened again once its packs' state has passed.
+pub(crate) struct Handle(Arc<Single>);
+
+struct Single {
     dir: PathBuf,
     packs: Packs,
     held: Mutex<Option<(Repository, PackState)>>,
+}
+
+impl Sweep for Single {
+    fn sweep(&self) {
+        let packs = self.packs.now();
+        let mut held = self.held.lock();
+        if held.as_ref().is_some_and(|(_, p)| *p != packs) {
+            *held = None;
+        }
+    }
 }
 
 impl Handle {
@@ -244,23 +306,27 @@ impl Handle {
         let packs = Packs::new(dir);
         let repo = open(dir)?;
         let held = Mutex::new(Some((repo, packs.known())));
-        Ok(Self {
+        let single = Arc::new(Single {
             dir: dir.to_path_buf(),
             packs,
             held,
-        })
+        });
+        let weak: Weak<Single> = Arc::downgrade(&single);
+        register(weak);
+        Ok(Self(single))
     }
 
     /// `f` with the handle, opened afresh first if its packs have changed.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&Repository) -> R) -> Result<R, GitError> {
-        let packs = self.packs.now();
-        let mut held = self.held.lock();
+        let single = &*self.0;
+        let packs = single.packs.now();
+        let mut held = single.held.lock();
         match &*held {
             Some((repo, p)) if *p == packs => Ok(f(repo)),
             _ => {
                 // Closed before the new one is opened: the two never hold packs at once.
                 *held = None;
-                let repo = open(&self.dir)?;
+                let repo = open(&single.dir)?;
                 let out = f(&repo);
                 *held = Some((repo, packs));
                 Ok(out)

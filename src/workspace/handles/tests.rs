@@ -95,3 +95,20 @@ fn a_single_handle_lets_go_of_a_pack_a_repack_deleted() {
     handle.with(|r| read_through(r, newer)).unwrap();
     assert_eq!(deleted_packs_held(&repo), Vec::<String>::new());
 }
+
+#[test]
+fn the_sweep_closes_an_idle_handle_nobody_reads_again() {
+    let (_t, f, repo, tip) = packed();
+    let pool = Pool::open(&repo).unwrap();
+    let handle = Handle::open(&repo).unwrap();
+    read_through(&pool.get().unwrap(), tip);
+    handle.with(|r| read_through(r, tip)).unwrap();
+    f.agent("a2", None, &[("notes.md", b"two")]).unwrap();
+    drop(f);
+    repack(&repo);
+    std::thread::sleep(PACKS_LOOKED_AT_EVERY);
+    assert!(!deleted_packs_held(&repo).is_empty());
+    sweep();
+    assert_eq!(deleted_packs_held(&repo), Vec::<String>::new());
+    assert_eq!(pool.idle(), 0);
+}
