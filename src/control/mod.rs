@@ -268,7 +268,7 @@ impl Command {
 
     /// The litany argv (after the binary) that carries the command out on agent `id` of
     /// workspace `ws`: for `interrupt`, its stop; `None` for `nudge`, which is a driver
-    /// launch ([`crate::deposit::wake::launch`]).
+    /// launch, as a deposit's wake does.
     pub(crate) fn argv(&self, ws: &Path, id: &str) -> Option<Vec<OsString>> {
         let mut argv: Vec<OsString> = Vec::new();
         match self {
