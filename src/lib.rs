@@ -26,14 +26,14 @@
 //! | `litanyfs-wake` | [`deposit::wake`] | a deposit that asks for a wake | reading `/proc/locks` ([`locks`], shared with every reader), spawning `litany advance` |
 //! | `litanyfs-events` | [`views`] | a poke from `invalidate` after each batch of changes; a tick of 250 ms, 750 ms once idle ([`views::idle_wait`]) | listing steps and inboxes, reading `/proc/locks` and the refs, appending to the events log |
 //! | `litanyfs-history` | [`views`] | started once by `litanyfs-events` (at nice 19), then exits; on a home mount, by the pool when a workspace needs its history, gone when none does | reading the records and walking the branches |
-//! | `litanyfs-home` | [`home`] (home mounts) | inotify on the home's shelves; a sweep every 2 s | listing the shelves |
-//! | `litanyfs-follow` | [`views::pool`] (home mounts: instead of one `litanyfs-events` per workspace) | a poke of any workspace's views; each workspace's tick (10 s once quiet and unopened) | as `litanyfs-events`, one workspace at a time |
+//! | `litanyfs-home` | [`home`] (home mounts) | inotify on the home's shelves; a sweep every 2 s (4 s while the mount serves requests: [`busy`]) | listing the shelves |
+//! | `litanyfs-follow` | [`views::pool`] (home mounts: instead of one `litanyfs-events` per workspace) | a poke of any workspace's views; each workspace's tick (10 s once quiet and unopened, later while the mount serves requests: [`busy`]) | as `litanyfs-events`, one workspace at a time |
 //! | `litanyfs-top` | [`views::pool`] (home mounts) | inotify on the top directories of every workspace | poking the followers |
 //! | `invalidate-gone` | [`fs`] (home mounts) | a workspace that has gone, once, then exits | the kernel's invalidation calls |
 //! | `litanyfs-reap` | [`deposit::wake`] | a launched driver exiting (one per launch) | `waitpid` of that driver |
 //! | `litanyfs-act` (up to 8) | [`control::pool`], started as acts come | a `ctl` command or a start from `new/` handed over by a request thread | running a `litany` verb to its end (at most 30 s), `litany prompt` until its agent's ref exists, a deposit; then the reply |
 //! | `litanyfs-act-out` | [`control::run`], [`control::start`] (two per verb run) | output of that `litany` child | reading its pipe to the end |
-//! | `upkeep` | [`mount`] | a tick of 30 s | giving the heap's free pages back (`malloc_trim`); with `RUST_LOG=litanyfs::census=debug`, logging the census |
+//! | `upkeep` | [`mount`] | a tick of 10 s | closing git handles whose packs a repack replaced ([`workspace::handles`]); giving the heap's free pages back (`malloc_trim`); with `RUST_LOG=litanyfs::census=debug`, logging the census |
 //! | `litanyfs-gather` (up to 4) | [`home`] (scoped, inside a request thread's root `status` or `attention`) | started per call, exits before the request replies | reading each workspace's status |
 //! | `litanyfs-render` | [`records`] (scoped, inside a request thread's render of a long `response.json`) | started per part, exits before the request replies | reading that part of the `response.json` |
 //!
@@ -58,6 +58,7 @@
 #![allow(rustdoc::private_intra_doc_links)]
 
 #[doc(hidden)]
+pub(crate) mod busy;
 pub(crate) mod control;
 #[doc(hidden)]
 pub mod demo;

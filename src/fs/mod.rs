@@ -243,6 +243,7 @@ impl State {
     /// if it panics, and logging it with its path if it took [`SLOW_REQUEST`] or more.
     fn guarded(&self, op: &str, ino: INodeNo, f: impl FnOnce()) {
         let at = Instant::now();
+        crate::busy::served(at);
         if catch_unwind(AssertUnwindSafe(f)).is_err() {
             log::error!("{op} {}: handler panicked; answered EIO", self.path(ino));
         }

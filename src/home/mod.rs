@@ -11,7 +11,8 @@
 //! - **Live.** A listing reads the shelves afresh and a directory's mtime is its shelf's,
 //!   so a workspace created or removed shows at the next listing the kernel does not
 //!   answer from its cache (within [`SHORT_TTL`]). The `litanyfs-home` thread watches
-//!   the shelves with inotify, and sweeps them every [`SWEEP`] besides, to follow each
+//!   the shelves with inotify, and sweeps them every [`SWEEP`] besides (every other one
+//!   while the mount is busy serving requests, [`crate::busy`]), to follow each
 //!   workspace's events from the moment it appears.
 //! - **Gone means gone.** A workspace is known by its directory's device and inode: once
 //!   its directory is removed or replaced, every node under its old tree answers
@@ -855,7 +856,10 @@ fn follow_shelves(home: std::sync::Weak<Home>, dirs: Vec<PathBuf>) {
         | libc::IN_ONLYDIR;
     let mut watched: FastMap<PathBuf, i32> = FastMap::default();
     let mut buf = vec![0u8; crate::inotify::EVENT_BUFFER];
+    // Whether the last timed sweep was put off (see below).
+    let mut put_off = false;
     loop {
+        let mut told = false;
         if let Some(ino) = &inotify {
             for d in &dirs {
                 if !watched.contains_key(d)
@@ -872,6 +876,7 @@ fn follow_shelves(home: std::sync::Weak<Home>, dirs: Vec<PathBuf>) {
             // SAFETY: one valid pollfd for the duration of the call.
             let ready = unsafe { libc::poll(&mut pfd, 1, SWEEP.as_millis() as libc::c_int) };
             if ready > 0 {
+                told = true;
                 let mut ended = Vec::new();
                 let _ = ino.read(&mut buf, |e| {
                     if e.watch_ended() || e.overflowed() {
@@ -886,7 +891,13 @@ fn follow_shelves(home: std::sync::Weak<Home>, dirs: Vec<PathBuf>) {
         let Some(home) = home.upgrade() else {
             return;
         };
-        home.sweep();
+        // A sweep nothing asked for (inotify said nothing) stats every workspace's
+        // directory: while the mount serves requests it waits, one period at most, so
+        // that those reads do not queue beside a walk's ([`crate::busy`]).
+        put_off = !told && !put_off && crate::busy::busy(std::time::Instant::now());
+        if !put_off {
+            home.sweep();
+        }
         home.close_idle();
         home.merge.flush(false);
     }

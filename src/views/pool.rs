@@ -16,8 +16,10 @@
 //! than every [`IDLE_TICK`], so an idle home costs little whatever its size. One found at
 //! rest when first read (no executor holding a lock) is quiet from the start: the looks
 //! of fifty resting workspaces must not compete with the first walk of the one being
-//! opened, and whatever wakes one (a new agent, a moved branch or mark) pokes. Once its tree
-//! watches it ([`Views::refs_watched`]) it is followed as a single mount's.
+//! opened, and whatever wakes one (a new agent, a moved branch or mark) pokes. Such a
+//! quiet look also waits while the mount serves requests ([`crate::busy`]), at most one
+//! more tick. Once its tree watches it ([`Views::refs_watched`]) it is followed as a
+//! single mount's.
 
 use std::collections::VecDeque;
 use std::os::unix::ffi::OsStrExt;
@@ -246,6 +248,8 @@ struct Follower {
     rested: Instant,
     /// A look at this at the latest, poked or not.
     due: Instant,
+    /// When a look put off while the mount was busy was first due (see [`crate::busy`]).
+    put_off: Option<Instant>,
 }
 
 impl Follower {
@@ -258,6 +262,7 @@ impl Follower {
             quiet: 0,
             rested: now,
             due: now,
+            put_off: None,
         }
     }
 
@@ -289,6 +294,16 @@ impl Follower {
         }
         let poked = *self.views.poked.lock();
         if now < self.rested || (!poked && now < self.due) {
+            return true;
+        }
+        let resting = !poked && self.idle() == UNWATCHED_TICK;
+        if put_off(
+            &mut self.put_off,
+            &mut self.due,
+            resting,
+            crate::busy::busy(now),
+            now,
+        ) {
             return true;
         }
         *self.views.poked.lock() = false;
@@ -329,6 +344,28 @@ impl Follower {
         self.due = self.rested.max(Instant::now() + self.idle());
         true
     }
+}
+
+/// Whether a due look is put off, moving `due` on: a `resting` workspace (quiet, nobody
+/// opened it) is looked at when the mount is not `busy`, at most [`UNWATCHED_TICK`] after
+/// it was first due (`first`), so that its reads do not queue beside those of whoever
+/// walks the mount.
+fn put_off(
+    first: &mut Option<Instant>,
+    due: &mut Instant,
+    resting: bool,
+    busy: bool,
+    now: Instant,
+) -> bool {
+    if resting && busy {
+        let since = *first.get_or_insert(*due);
+        if now < since + UNWATCHED_TICK {
+            *due = now + crate::busy::BUSY_FOR;
+            return true;
+        }
+    }
+    *first = None;
+    false
 }
 
 /// A workspace's views, and the first model its history is reconstructed back from.
@@ -466,6 +503,29 @@ mod tests {
                 .read(Rendering::Text, 0, u32::MAX)
                 .is_ok_and(|b| String::from_utf8_lossy(&b).contains(what))
         })
+    }
+
+    #[test]
+    fn a_resting_look_waits_while_the_mount_is_busy_at_most_a_tick() {
+        let t0 = Instant::now();
+        let (mut first, mut due) = (None, t0);
+        // Busy: put off, again and again, each time by the busy window.
+        assert!(put_off(&mut first, &mut due, true, true, t0));
+        assert_eq!(due, t0 + crate::busy::BUSY_FOR);
+        let later = t0 + UNWATCHED_TICK / 2;
+        assert!(put_off(&mut first, &mut due, true, true, later));
+        // A tick after it was first due, it runs however busy the mount is.
+        assert!(!put_off(
+            &mut first,
+            &mut due,
+            true,
+            true,
+            t0 + UNWATCHED_TICK
+        ));
+        assert_eq!(first, None);
+        // Not busy, or not resting (poked, watched, or not yet quiet): never put off.
+        assert!(!put_off(&mut first, &mut due, true, false, t0));
+        assert!(!put_off(&mut first, &mut due, false, true, t0));
     }
 
     #[test]
