@@ -52,7 +52,7 @@ pub(crate) use validate::{
 pub(crate) use wake::{Later, Wake, Waker, executor_busy, find_harness};
 
 use crate::workspace::Workspace;
-use crate::workspace::handles::Handle;
+use crate::workspace::handles::Pool;
 
 /// Waits for one of the engine's helper threads, already told to stop, and logs it if it
 /// panicked (`what` names it).
@@ -117,7 +117,7 @@ pub struct Deposited {
 /// The deposit engine of one workspace.
 pub struct Depositor {
     root: PathBuf,
-    repo: Handle,
+    repo: Pool,
     max: usize,
     waker: Arc<Waker>,
     wake: WakeMode,
@@ -130,7 +130,7 @@ pub struct Depositor {
 impl Depositor {
     pub fn new(ws: &Workspace, opts: Options) -> Result<Self, DepositError> {
         let repo_dir = ws.repo_dir();
-        let repo = Handle::open(&repo_dir).map_err(DepositError::from)?;
+        let repo = Pool::open(&repo_dir)?;
         let waker = Arc::new(Waker::new(ws.root(), opts.harness.as_deref()));
         let wake = opts.wake;
         let guard = opts.guard.and_then(|g| {
@@ -185,12 +185,12 @@ impl Depositor {
 
     /// Whether `recipient` can receive messages now (one component with an agent ref).
     pub(crate) fn check_recipient(&self, recipient: &str) -> Result<(), DepositError> {
-        self.repo.with(|r| check_recipient(r, recipient))?
+        check_recipient(&*self.repo.get()?, recipient)
     }
 
     /// Whether `sender` may stamp deposits: `user`, or an existing agent's id.
     pub(crate) fn check_sender(&self, sender: &str) -> Result<(), DepositError> {
-        self.repo.with(|r| check_sender(r, sender))?
+        check_sender(&*self.repo.get()?, sender)
     }
 
     /// Validates, renders and publishes `content` from `sender` to `recipient`, then
@@ -203,11 +203,10 @@ impl Depositor {
     ) -> Result<Deposited, DepositError> {
         let text = check_content(content, self.max)?;
         let from_name = {
-            self.repo.with(|repo| -> Result<_, DepositError> {
-                check_recipient(repo, recipient)?;
-                check_sender(repo, sender)?;
-                Ok(sender_name(repo, sender))
-            })??
+            let repo = self.repo.get()?;
+            check_recipient(&repo, recipient)?;
+            check_sender(&repo, sender)?;
+            sender_name(&repo, sender)
         };
         let body = render(sender, from_name.as_deref(), &now_utc(), text);
         let published = match &self.guard {

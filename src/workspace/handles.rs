@@ -154,15 +154,10 @@ fn open(dir: &Path) -> Result<Repository, GitError> {
     )
 }
 
-/// What the upkeep goes round: every pool and handle still open (see [`sweep`]).
-static OPEN: Mutex<Vec<Weak<dyn Sweep>>> = Mutex::new(Vec::new());
+/// What the upkeep goes round: every pool still open (see [`sweep`]).
+static OPEN: Mutex<Vec<Weak<Idle>>> = Mutex::new(Vec::new());
 
-/// Closes the handles whose packs' state has passed.
-trait Sweep: Send + Sync {
-    fn sweep(&self);
-}
-
-fn register(s: Weak<dyn Sweep>) {
+fn register(s: Weak<Idle>) {
     let mut open = OPEN.lock();
     open.retain(|w| w.strong_count() > 0);
     open.push(s);
@@ -172,7 +167,7 @@ fn register(s: Weak<dyn Sweep>) {
 /// workspace nobody reads after a repack does not keep the old packs until its next
 /// read. The daemon's upkeep calls it (every few seconds).
 pub(crate) fn sweep() {
-    let live: Vec<Arc<dyn Sweep>> = {
+    let live: Vec<Arc<Idle>> = {
         let mut open = OPEN.lock();
         open.retain(|w| w.strong_count() > 0);
         open.iter().filter_map(Weak::upgrade).collect()
@@ -182,9 +177,10 @@ pub(crate) fn sweep() {
     }
 }
 
-/// Handles on one `repo.git`, each lent to one reader at a time. A handle is opened when
-/// none is idle, at most [`MAX_IDLE_HANDLES`] are kept, and none outlives the state of the
-/// packs it was opened in (module docs).
+/// Handles on one `repo.git`, each lent to one reader at a time (the request threads,
+/// the follower, the depositor). A handle is opened when none is idle, at most
+/// [`MAX_IDLE_HANDLES`] are kept, and none outlives the state of the packs it was opened
+/// in (module docs).
 pub(crate) struct Pool(Arc<Idle>);
 
 struct Idle {
@@ -193,7 +189,8 @@ struct Idle {
     handles: Mutex<Vec<(Repository, PackState)>>,
 }
 
-impl Sweep for Idle {
+impl Idle {
+    /// Closes the idle handles whose packs' state has passed.
     fn sweep(&self) {
         let packs = self.packs.now();
         let stale: Vec<_> = {
@@ -226,8 +223,7 @@ impl Pool {
         });
         let first = open(dir)?;
         idle.handles.lock().push((first, idle.packs.known()));
-        let weak: Weak<Idle> = Arc::downgrade(&idle);
-        register(weak);
+        register(Arc::downgrade(&idle));
         Ok(Pool(idle))
     }
 
@@ -276,61 +272,6 @@ impl Drop for Lease<'_> {
             && let Some(r) = self.repo.take()
         {
             idle.push((r, self.packs));
-        }
-    }
-}
-
-/// One handle on a `repo.git`, for an owner that reads it under a lock of its own (the
-/// depositor): opened again once its packs' state has passed.
-pub(crate) struct Handle(Arc<Single>);
-
-struct Single {
-    dir: PathBuf,
-    packs: Packs,
-    held: Mutex<Option<(Repository, PackState)>>,
-}
-
-impl Sweep for Single {
-    fn sweep(&self) {
-        let packs = self.packs.now();
-        let mut held = self.held.lock();
-        if held.as_ref().is_some_and(|(_, p)| *p != packs) {
-            *held = None;
-        }
-    }
-}
-
-impl Handle {
-    /// A handle on `dir`, opened now: a bad repository is told here.
-    pub(crate) fn open(dir: &Path) -> Result<Self, GitError> {
-        let packs = Packs::new(dir);
-        let repo = open(dir)?;
-        let held = Mutex::new(Some((repo, packs.known())));
-        let single = Arc::new(Single {
-            dir: dir.to_path_buf(),
-            packs,
-            held,
-        });
-        let weak: Weak<Single> = Arc::downgrade(&single);
-        register(weak);
-        Ok(Self(single))
-    }
-
-    /// `f` with the handle, opened afresh first if its packs have changed.
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&Repository) -> R) -> Result<R, GitError> {
-        let single = &*self.0;
-        let packs = single.packs.now();
-        let mut held = single.held.lock();
-        match &*held {
-            Some((repo, p)) if *p == packs => Ok(f(repo)),
-            _ => {
-                // Closed before the new one is opened: the two never hold packs at once.
-                *held = None;
-                let repo = open(&single.dir)?;
-                let out = f(&repo);
-                *held = Some((repo, packs));
-                Ok(out)
-            }
         }
     }
 }

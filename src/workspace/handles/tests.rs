@@ -83,26 +83,10 @@ fn a_lent_handle_of_an_earlier_state_is_closed_when_given_back() {
 }
 
 #[test]
-fn a_single_handle_lets_go_of_a_pack_a_repack_deleted() {
-    let (_t, f, repo, tip) = packed();
-    let handle = Handle::open(&repo).unwrap();
-    handle.with(|r| read_through(r, tip)).unwrap();
-    let newer = f.agent("a2", None, &[("notes.md", b"two")]).unwrap();
-    // The fixture's own handle would hold the old pack too (packs are shared).
-    drop(f);
-    repack(&repo);
-    std::thread::sleep(PACKS_LOOKED_AT_EVERY);
-    handle.with(|r| read_through(r, newer)).unwrap();
-    assert_eq!(deleted_packs_held(&repo), Vec::<String>::new());
-}
-
-#[test]
 fn the_sweep_closes_an_idle_handle_nobody_reads_again() {
     let (_t, f, repo, tip) = packed();
     let pool = Pool::open(&repo).unwrap();
-    let handle = Handle::open(&repo).unwrap();
     read_through(&pool.get().unwrap(), tip);
-    handle.with(|r| read_through(r, tip)).unwrap();
     f.agent("a2", None, &[("notes.md", b"two")]).unwrap();
     drop(f);
     repack(&repo);
