@@ -27,7 +27,12 @@ fn millis(at: Instant) -> u64 {
 
 /// Notes a request served at `at` (the adapter, once per request).
 pub(crate) fn served(at: Instant) {
-    LAST.store(millis(at), Ordering::Relaxed);
+    // Written once a millisecond at most: the request threads need not take the line
+    // from one another on every request.
+    let m = millis(at);
+    if LAST.load(Ordering::Relaxed) != m {
+        LAST.store(m, Ordering::Relaxed);
+    }
 }
 
 /// Whether a request was served within [`BUSY_FOR`] of `now`.

@@ -157,12 +157,6 @@ fn open(dir: &Path) -> Result<Repository, GitError> {
 /// What the upkeep goes round: every pool still open (see [`sweep`]).
 static OPEN: Mutex<Vec<Weak<Idle>>> = Mutex::new(Vec::new());
 
-fn register(s: Weak<Idle>) {
-    let mut open = OPEN.lock();
-    open.retain(|w| w.strong_count() > 0);
-    open.push(s);
-}
-
 /// Closes every idle handle of the process whose packs' state has passed, so that a
 /// workspace nobody reads after a repack does not keep the old packs until its next
 /// read. The daemon's upkeep calls it (every few seconds).
@@ -190,19 +184,11 @@ struct Idle {
 }
 
 impl Idle {
-    /// Closes the idle handles whose packs' state has passed.
-    fn sweep(&self) {
+    /// Closes the idle handles of an earlier state of the packs; the state now.
+    fn sweep(&self) -> PackState {
         let packs = self.packs.now();
-        let stale: Vec<_> = {
-            let mut handles = self.handles.lock();
-            let (kept, stale) = std::mem::take(&mut *handles)
-                .into_iter()
-                .partition(|(_, p)| *p == packs);
-            *handles = kept;
-            stale
-        };
-        // Closed outside the lock.
-        drop(stale);
+        self.handles.lock().retain(|(_, p)| *p == packs);
+        packs
     }
 }
 
@@ -223,19 +209,16 @@ impl Pool {
         });
         let first = open(dir)?;
         idle.handles.lock().push((first, idle.packs.known()));
-        register(Arc::downgrade(&idle));
+        // The pools gone are dropped from the list at each sweep.
+        OPEN.lock().push(Arc::downgrade(&idle));
         Ok(Pool(idle))
     }
 
     pub(crate) fn get(&self) -> Result<Lease<'_>, GitError> {
         let pool = &*self.0;
-        let packs = pool.packs.now();
-        let kept = {
-            let mut idle = pool.handles.lock();
-            // Handles of an earlier state are closed, here and as they come back.
-            idle.retain(|(_, p)| *p == packs);
-            idle.pop()
-        };
+        // Handles of an earlier state are closed, here and as they come back.
+        let packs = pool.sweep();
+        let kept = pool.handles.lock().pop();
         let repo = match kept {
             Some((r, _)) => r,
             None => open(&pool.dir)?,

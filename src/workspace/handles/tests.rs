@@ -39,6 +39,17 @@ fn packed() -> (tempfile::TempDir, Fixture, PathBuf, git2::Oid) {
     (t, f, repo, tip)
 }
 
+/// A new commit, then a repack that replaces the pack read so far, and time for a handle
+/// to look at the packs again. The fixture goes first: its own handle would hold the old
+/// pack too (packs are shared in a process).
+fn commit_and_repack(f: Fixture, repo: &Path) -> git2::Oid {
+    let newer = f.agent("a2", None, &[("notes.md", b"two")]).unwrap();
+    drop(f);
+    repack(repo);
+    std::thread::sleep(PACKS_LOOKED_AT_EVERY);
+    newer
+}
+
 /// Reads `oid` (from its pack) and a commit made after the repack.
 fn read_through(repo: &Repository, oid: git2::Oid) {
     assert!(repo.find_commit(oid).is_ok());
@@ -50,12 +61,7 @@ fn a_pool_lets_go_of_a_pack_a_repack_deleted() {
     let pool = Pool::open(&repo).unwrap();
     read_through(&pool.get().unwrap(), tip);
     assert!(deleted_packs_held(&repo).is_empty());
-    // A new commit, and a repack that replaces the pack the handle read.
-    let newer = f.agent("a2", None, &[("notes.md", b"two")]).unwrap();
-    // The fixture's own handle would hold the old pack too (packs are shared).
-    drop(f);
-    repack(&repo);
-    std::thread::sleep(PACKS_LOOKED_AT_EVERY);
+    let newer = commit_and_repack(f, &repo);
     let lease = pool.get().unwrap();
     read_through(&lease, newer);
     read_through(&lease, tip);
@@ -70,10 +76,7 @@ fn a_lent_handle_of_an_earlier_state_is_closed_when_given_back() {
     let pool = Pool::open(&repo).unwrap();
     let early = pool.get().unwrap();
     read_through(&early, tip);
-    f.agent("a2", None, &[("notes.md", b"two")]).unwrap();
-    drop(f);
-    repack(&repo);
-    std::thread::sleep(PACKS_LOOKED_AT_EVERY);
+    commit_and_repack(f, &repo);
     // A reader after the repack sees the new state, and the early handle, given back
     // after that, is not kept.
     read_through(&pool.get().unwrap(), tip);
@@ -87,10 +90,7 @@ fn the_sweep_closes_an_idle_handle_nobody_reads_again() {
     let (_t, f, repo, tip) = packed();
     let pool = Pool::open(&repo).unwrap();
     read_through(&pool.get().unwrap(), tip);
-    f.agent("a2", None, &[("notes.md", b"two")]).unwrap();
-    drop(f);
-    repack(&repo);
-    std::thread::sleep(PACKS_LOOKED_AT_EVERY);
+    commit_and_repack(f, &repo);
     assert!(!deleted_packs_held(&repo).is_empty());
     sweep();
     assert_eq!(deleted_packs_held(&repo), Vec::<String>::new());
