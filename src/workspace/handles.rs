@@ -15,6 +15,17 @@
 //! ([`sweep`]) for handles nobody reads, so a replaced pack is closed within a second of
 //! the next read, or at the next upkeep.
 //!
+//! **What libgit2 caches through a repository's handles is freed twice a minute.** Each
+//! pack keeps the delta bases it unpacked, up to 16 MiB a pack, and each handle the
+//! objects it parsed; neither is bounded by [`bound_object_cache`], and packs are shared
+//! by every handle of the process on that repository, so a pack's cache goes only with
+//! the last handle. A home's repositories hold several packs each, and over a long run
+//! the caches filled to most of a daemon's memory (a walk of the soak's home left 60 MiB
+//! of a 147 MiB daemon behind them). Once a repository's handles are
+//! [`HANDLES_LIVE_FOR`] old, the upkeep closes the idle ones and those lent are closed as
+//! they come back, none being kept until none is lent: then the caches are freed, and
+//! the next reader opens a fresh handle.
+//!
 //! **One reader a handle.** `git2`'s handle is not to be shared between threads, and one
 //! handle behind one lock made every git read wait for the slowest (a large blob, a long
 //! walk): the request threads borrow handles from a [`Pool`], one each.
@@ -94,6 +105,9 @@ pub(crate) fn object_cache() -> (usize, usize) {
 
 /// How often a handle's packs are looked at, at most: a `stat` of `objects/pack`.
 pub(crate) const PACKS_LOOKED_AT_EVERY: Duration = Duration::from_secs(1);
+/// How long a repository's handles are kept, at most, before all of them are closed
+/// together (module docs): what libgit2 caches through them is freed that often.
+pub(crate) const HANDLES_LIVE_FOR: Duration = Duration::from_secs(30);
 /// The most idle handles on one `repo.git` kept for reuse ([`Pool`]).
 const MAX_IDLE_HANDLES: usize = 16;
 /// Where a repository keeps its packs.
@@ -154,13 +168,19 @@ fn open(dir: &Path) -> Result<Repository, GitError> {
     )
 }
 
-/// What the upkeep goes round: every pool still open (see [`sweep`]).
+/// What the upkeep goes round, and where a second pool on a `repo.git` finds the first:
+/// every pool still open (see [`sweep`]).
 static OPEN: Mutex<Vec<Weak<Idle>>> = Mutex::new(Vec::new());
 
 /// Closes every idle handle of the process whose packs' state has passed, so that a
 /// workspace nobody reads after a repack does not keep the old packs until its next
-/// read. The daemon's upkeep calls it (every few seconds).
+/// read, and retires the handles of every repository opened [`HANDLES_LIVE_FOR`] ago
+/// (module docs). The daemon's upkeep calls it (every few seconds).
 pub(crate) fn sweep() {
+    sweep_older_than(HANDLES_LIVE_FOR);
+}
+
+fn sweep_older_than(life: Duration) {
     let live: Vec<Arc<Idle>> = {
         let mut open = OPEN.lock();
         open.retain(|w| w.strong_count() > 0);
@@ -168,27 +188,78 @@ pub(crate) fn sweep() {
     };
     for s in live {
         s.sweep();
+        s.retire_older_than(life);
     }
 }
 
 /// Handles on one `repo.git`, each lent to one reader at a time (the request threads,
 /// the follower, the depositor). A handle is opened when none is idle, at most
-/// [`MAX_IDLE_HANDLES`] are kept, and none outlives the state of the packs it was opened
-/// in (module docs).
+/// [`MAX_IDLE_HANDLES`] are kept, none outlives the state of the packs it was opened in,
+/// and all of them are closed together once they are [`HANDLES_LIVE_FOR`] old (module
+/// docs). Every pool opened on one directory is the same pool.
 pub(crate) struct Pool(Arc<Idle>);
 
 struct Idle {
     dir: PathBuf,
     packs: Packs,
-    handles: Mutex<Vec<(Repository, PackState)>>,
+    lent: Mutex<Lent>,
+}
+
+/// A pool's handles: the idle ones, how many are lent, and since when the pool has had
+/// any open.
+#[derive(Default)]
+struct Lent {
+    idle: Vec<(Repository, PackState)>,
+    out: usize,
+    /// When the first of the handles open now was opened (`None`: none is open).
+    since: Option<Instant>,
+    /// Being retired: nothing given back is kept, until none is lent.
+    retiring: bool,
+}
+
+impl Lent {
+    /// Forgets `since` once no handle is open.
+    fn settle(&mut self) {
+        if self.out == 0 && self.idle.is_empty() {
+            self.since = None;
+            self.retiring = false;
+        }
+    }
 }
 
 impl Idle {
     /// Closes the idle handles of an earlier state of the packs; the state now.
     fn sweep(&self) -> PackState {
         let packs = self.packs.now();
-        self.handles.lock().retain(|(_, p)| *p == packs);
+        let closed = {
+            let mut lent = self.lent.lock();
+            let (keep, closed) = std::mem::take(&mut lent.idle)
+                .into_iter()
+                .partition(|(_, p)| *p == packs);
+            lent.idle = keep;
+            lent.settle();
+            closed
+        };
+        drop::<Vec<_>>(closed);
         packs
+    }
+
+    /// Closes every handle once the first of them is `life` old: the idle ones now, the
+    /// lent ones as they come back. Until none is lent, no handle given back is kept, so
+    /// that the moment comes when this process holds none on the repository and libgit2
+    /// frees its packs (which a new handle would otherwise share).
+    fn retire_older_than(&self, life: Duration) {
+        let closed = {
+            let mut lent = self.lent.lock();
+            if lent.since.is_none_or(|t| t.elapsed() < life) {
+                return;
+            }
+            lent.retiring = true;
+            let closed = std::mem::take(&mut lent.idle);
+            lent.settle();
+            closed
+        };
+        drop(closed);
     }
 }
 
@@ -200,17 +271,30 @@ pub(crate) struct Lease<'a> {
 }
 
 impl Pool {
-    /// A pool on `dir`, with one handle opened (so that a bad repository is told now).
+    /// The pool on `dir` (the one already open, if any), with a handle opened first when
+    /// it is new (so that a bad repository is told now).
     pub(crate) fn open(dir: &Path) -> Result<Self, GitError> {
+        let mut open_pools = OPEN.lock();
+        if let Some(idle) = open_pools
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|i| i.dir == dir)
+        {
+            return Ok(Pool(idle));
+        }
         let idle = Arc::new(Idle {
             dir: dir.to_path_buf(),
             packs: Packs::new(dir),
-            handles: Mutex::new(Vec::new()),
+            lent: Mutex::new(Lent::default()),
         });
         let first = open(dir)?;
-        idle.handles.lock().push((first, idle.packs.known()));
+        {
+            let mut lent = idle.lent.lock();
+            lent.idle.push((first, idle.packs.known()));
+            lent.since = Some(Instant::now());
+        }
         // The pools gone are dropped from the list at each sweep.
-        OPEN.lock().push(Arc::downgrade(&idle));
+        open_pools.push(Arc::downgrade(&idle));
         Ok(Pool(idle))
     }
 
@@ -218,10 +302,23 @@ impl Pool {
         let pool = &*self.0;
         // Handles of an earlier state are closed, here and as they come back.
         let packs = pool.sweep();
-        let kept = pool.handles.lock().pop();
+        let kept = {
+            let mut lent = pool.lent.lock();
+            lent.out += 1;
+            lent.since.get_or_insert_with(Instant::now);
+            lent.idle.pop()
+        };
         let repo = match kept {
             Some((r, _)) => r,
-            None => open(&pool.dir)?,
+            None => match open(&pool.dir) {
+                Ok(r) => r,
+                Err(e) => {
+                    let mut lent = pool.lent.lock();
+                    lent.out -= 1;
+                    lent.settle();
+                    return Err(e);
+                }
+            },
         };
         Ok(Lease {
             pool,
@@ -233,7 +330,7 @@ impl Pool {
     /// How many handles are idle (for tests).
     #[cfg(test)]
     pub(crate) fn idle(&self) -> usize {
-        self.0.handles.lock().len()
+        self.0.lent.lock().idle.len()
     }
 }
 
@@ -247,15 +344,23 @@ impl std::ops::Deref for Lease<'_> {
 
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
-        if self.packs != self.pool.packs.known() {
-            return;
-        }
-        let mut idle = self.pool.handles.lock();
-        if idle.len() < MAX_IDLE_HANDLES
-            && let Some(r) = self.repo.take()
-        {
-            idle.push((r, self.packs));
-        }
+        let current = self.packs == self.pool.packs.known();
+        let closed = {
+            let mut lent = self.pool.lent.lock();
+            lent.out -= 1;
+            let repo = self.repo.take();
+            let closed = match repo {
+                Some(r) if current && !lent.retiring && lent.idle.len() < MAX_IDLE_HANDLES => {
+                    lent.idle.push((r, self.packs));
+                    None
+                }
+                other => other,
+            };
+            // The last lent handle of a retiring pool: none is open once it is closed.
+            lent.settle();
+            closed
+        };
+        drop(closed);
     }
 }
 

@@ -96,3 +96,67 @@ fn the_sweep_closes_an_idle_handle_nobody_reads_again() {
     assert_eq!(deleted_packs_held(&repo), Vec::<String>::new());
     assert_eq!(pool.idle(), 0);
 }
+
+/// The pack files under `repo` this process holds open.
+fn packs_held(repo: &Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|p| p.to_string_lossy().into_owned())
+        .filter(|p| p.starts_with(&*repo.to_string_lossy()) && p.ends_with(".pack"))
+        .count()
+}
+
+#[test]
+fn old_handles_are_closed_together_once_none_is_lent() {
+    let (_t, f, repo, tip) = packed();
+    drop(f);
+    let pool = Pool::open(&repo).unwrap();
+    read_through(&pool.get().unwrap(), tip);
+    assert_eq!(packs_held(&repo), 1);
+    let early = pool.get().unwrap();
+    pool.0.retire_older_than(Duration::ZERO);
+    // While one is lent, a reader gets a handle of its own, not kept once given back.
+    let during = pool.get().unwrap();
+    read_through(&during, tip);
+    drop(during);
+    assert_eq!(pool.idle(), 0);
+    assert_eq!(
+        packs_held(&repo),
+        1,
+        "the early handle still holds the pack"
+    );
+    drop(early);
+    assert_eq!(
+        packs_held(&repo),
+        0,
+        "the last handle took the pack with it"
+    );
+    // And the pool goes on as before.
+    read_through(&pool.get().unwrap(), tip);
+    assert_eq!(pool.idle(), 1);
+    assert_eq!(packs_held(&repo), 1);
+}
+
+#[test]
+fn handles_younger_than_their_life_stay() {
+    let (_t, f, repo, tip) = packed();
+    drop(f);
+    let pool = Pool::open(&repo).unwrap();
+    read_through(&pool.get().unwrap(), tip);
+    pool.0.retire_older_than(HANDLES_LIVE_FOR);
+    assert_eq!(pool.idle(), 1);
+    assert_eq!(packs_held(&repo), 1);
+}
+
+#[test]
+fn a_second_pool_on_a_repository_is_the_first() {
+    let (_t, f, repo, _tip) = packed();
+    drop(f);
+    let first = Pool::open(&repo).unwrap();
+    let second = Pool::open(&repo).unwrap();
+    let lease = first.get().unwrap();
+    assert_eq!(second.idle(), 0, "the one idle handle is lent by the first");
+    drop(lease);
+    assert_eq!(second.idle(), 1);
+}
