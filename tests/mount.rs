@@ -676,6 +676,67 @@ fn inode_numbers_are_stable_and_names_reused_get_new_ones() {
     assert_eq!(std::fs::read(&dep).unwrap(), b"---\nanother");
 }
 
+/// The numbers the daemon held at its last census line (`RUST_LOG` has it at debug).
+fn census_numbers(m: &Mounted) -> Option<usize> {
+    let log = m.log_text();
+    let line = log.lines().rev().find(|l| l.contains("census: "))?;
+    let before = line.split(" inode numbers").next()?;
+    before.rsplit(' ').next()?.parse().ok()
+}
+
+/// How many files the daemon asked the kernel to forget, in all.
+fn forgotten(m: &Mounted) -> usize {
+    m.log_text()
+        .lines()
+        .filter_map(|l| l.split("asked the kernel to forget ").nth(1))
+        .filter_map(|r| r.split(' ').next()?.parse::<usize>().ok())
+        .sum()
+}
+
+#[test]
+fn files_nobody_uses_are_handed_back_to_the_kernel_past_the_bound() {
+    let w = workspace(Flavour::Litany);
+    let bulk = w.f.root().join("steps").join(A).join("001").join("bulk");
+    std::fs::create_dir(&bulk).unwrap();
+    let n = litanyfs::tree::INODES_KEPT + 2_000;
+    for i in 0..n {
+        std::fs::write(bulk.join(format!("f{i}")), b"x").unwrap();
+    }
+    let m = Mounted::new(w.f.root());
+    let dir = m.path(&format!("steps/{A}/001/bulk"));
+    // One file stays open throughout, one is read on.
+    let mut held = std::fs::File::open(dir.join("f0")).unwrap();
+    let read_on = dir.join("f1");
+    let walked = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().metadata().unwrap().ino() != 0)
+        .count();
+    assert_eq!(walked, n);
+    let idle = dir.join("f2");
+    let idle_ino = std::fs::metadata(&idle).unwrap().ino();
+    // Two upkeeps (10 s each): the first sees every file just used, the next hands
+    // back those not used since; the kernel then forgets them.
+    let handed_back = eventually(Duration::from_secs(45), || {
+        let _ = std::fs::metadata(&read_on);
+        forgotten(&m) >= n - 2 && census_numbers(&m).is_some_and(|c| c < 1_000)
+    });
+    assert!(
+        handed_back,
+        "{} handed back, the daemon holds {:?} numbers:\n{}",
+        forgotten(&m),
+        census_numbers(&m),
+        m.log_text()
+    );
+    // Nothing is lost: the held file reads, the others resolve again, a backing file
+    // under its own number.
+    let mut s = String::new();
+    std::io::Read::read_to_string(&mut held, &mut s).unwrap();
+    assert_eq!(s, "x");
+    assert_eq!(std::fs::metadata(&idle).unwrap().ino(), idle_ino);
+    assert_eq!(std::fs::read(&read_on).unwrap(), b"x");
+    assert_eq!(ls(&dir).len(), n);
+}
+
 #[test]
 fn every_change_is_refused_with_erofs() {
     let w = workspace(Flavour::Litany);

@@ -9,6 +9,17 @@
 //! kernel counts lookups and dropped when it forgets them, so the table holds only what
 //! the kernel still references, plus listing-only entries (see
 //! [`InodeTable::peek_or_insert`]).
+//!
+//! **Bounded by asking the kernel to forget.** A kernel with memory to spare forgets
+//! nothing: every file a `grep -r` ever touched stays referenced, and a live workspace
+//! keeps adding files, so a table that only follows the kernel grows for the mount's
+//! life (the soak's daemon went from 30,000 numbers to 52,000 in ten minutes). Past
+//! [`crate::tree::INODES_KEPT`], the files nobody used since the last look (no request on them, none
+//! open) are handed back: [`InodeTable::unused_files`] names them by their directory and
+//! name, the adapter invalidates those entries, and the kernel, holding nothing else of
+//! them, forgets them. Directories stay (a shell's working directory must not lose its
+//! name). A file handed back is looked up again when next used, under the same number if
+//! it is a backing file (its own inode number), under a new one otherwise.
 
 use parking_lot::Mutex;
 
@@ -20,19 +31,47 @@ pub(crate) const ROOT_INO: u64 = 1;
 /// Where numbers that are not backing inode numbers start: above any a file system gives.
 pub(crate) const ALLOCATED_BASE: u64 = 1 << 63;
 
-/// One number the kernel references. A slot is three words (four with its key), and a
-/// large workspace's kernel holds hundreds of thousands: the node is shared (a clone of it is a count),
-/// and no identity is kept that the number or the node already says.
+/// One number the kernel references. A slot is five words (six with its key), and a
+/// kernel may hold up to [`crate::tree::INODES_KEPT`] and more: the node is shared (a clone of it is a
+/// count), and no identity is kept that the number or the node already says.
 struct Slot {
     /// Shared with `by_node`'s key, and handed out by [`InodeTable::get`].
     node: Node,
-    /// The kernel's count, held in 32 bits so that the slot stays three words: it
+    /// The kernel's count, held in 32 bits so that the slot stays five words: it
     /// stops at the top (four billion lookups never forgotten), and then the slot stays
     /// for the mount's life rather than go while the kernel may still use the number.
     lookups: u32,
     /// A derived number's file's generation (the last one the kernel was told), which
     /// the number alone does not say.
     generation: u32,
+    /// The directory the kernel last looked this file up in, when it is a file the
+    /// kernel may be asked to forget (0: a directory, or not such a file).
+    parent: u64,
+    /// Handles open on it now.
+    open: u32,
+    /// Whether a request used it since the last [`InodeTable::unused_files`].
+    used: bool,
+}
+
+impl Slot {
+    fn new(node: Node, lookups: u32, generation: u32) -> Self {
+        Slot {
+            node,
+            lookups,
+            generation,
+            parent: 0,
+            open: 0,
+            used: true,
+        }
+    }
+}
+
+/// A file the kernel may be asked to forget: its entry `name` in directory `parent`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Unused {
+    pub(crate) ino: u64,
+    pub(crate) parent: u64,
+    pub(crate) node: Node,
 }
 
 struct Inner {
@@ -77,14 +116,7 @@ impl InodeTable {
     /// A table numbering backing files on `root_dev` by their own inode numbers.
     pub(crate) fn new(root_dev: Option<u64>) -> Self {
         let mut slots = FastMap::default();
-        slots.insert(
-            ROOT_INO,
-            Slot {
-                node: Node::Root,
-                lookups: 1,
-                generation: 0,
-            },
-        );
+        slots.insert(ROOT_INO, Slot::new(Node::Root, 1, 0));
         Self {
             inner: Mutex::new(Inner {
                 allocated: FastMap::default(),
@@ -115,17 +147,19 @@ impl InodeTable {
 
     /// The number for `identity`, counting one kernel lookup. `node` becomes the path by
     /// which the number is resolved from now on (a renamed backing file moves with it).
-    pub(crate) fn lookup(&self, identity: &Identity, node: &Node) -> u64 {
-        self.insert(identity, node, 1)
+    /// `file_in`: the directory it was looked up in, when it is not a directory itself
+    /// (such an entry may be handed back, see [`InodeTable::unused_files`]).
+    pub(crate) fn lookup(&self, identity: &Identity, node: &Node, file_in: Option<u64>) -> u64 {
+        self.insert(identity, node, 1, file_in)
     }
 
     /// The number for `identity` without counting a lookup: what a plain `readdir`
     /// reports. Such entries live until the kernel looks them up and forgets them.
     pub(crate) fn peek_or_insert(&self, identity: &Identity, node: &Node) -> u64 {
-        self.insert(identity, node, 0)
+        self.insert(identity, node, 0, None)
     }
 
-    fn insert(&self, identity: &Identity, node: &Node, count: u32) -> u64 {
+    fn insert(&self, identity: &Identity, node: &Node, count: u32, file_in: Option<u64>) -> u64 {
         let derived = self.derived(identity);
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
@@ -136,6 +170,10 @@ impl InodeTable {
             && let Some(slot) = inner.slots.get_mut(&ino)
         {
             slot.lookups = slot.lookups.saturating_add(count);
+            slot.used = true;
+            if count > 0 {
+                slot.parent = file_in.unwrap_or(0);
+            }
             // A number reused by a later file: from now on it stands for that file.
             if let Identity::Backing { generation, .. } = identity {
                 slot.generation = *generation;
@@ -166,24 +204,59 @@ impl InodeTable {
         if derived.is_none() {
             inner.by_node.insert(node.clone(), ino);
         }
-        inner.slots.insert(
-            ino,
-            Slot {
-                node: node.clone(),
-                lookups: count,
-                generation: match identity {
-                    Identity::Backing { generation, .. } => *generation,
-                    _ => 0,
-                },
-            },
-        );
+        let generation = match identity {
+            Identity::Backing { generation, .. } => *generation,
+            _ => 0,
+        };
+        let mut slot = Slot::new(node.clone(), count, generation);
+        slot.parent = file_in.unwrap_or(0);
+        inner.slots.insert(ino, slot);
         ino
     }
 
-    /// The node and identity behind `ino`, if the kernel still references it.
+    /// A handle was opened on `ino` (it is not handed back while open).
+    pub(crate) fn opened(&self, ino: u64) {
+        if let Some(slot) = self.inner.lock().slots.get_mut(&ino) {
+            slot.open = slot.open.saturating_add(1);
+            slot.used = true;
+        }
+    }
+
+    /// A handle on `ino` was released.
+    pub(crate) fn released(&self, ino: u64) {
+        if let Some(slot) = self.inner.lock().slots.get_mut(&ino) {
+            slot.open = slot.open.saturating_sub(1);
+            slot.used = true;
+        }
+    }
+
+    /// When more than `kept` numbers are held, the files no request used since the last
+    /// call and none holds open, which the kernel may be asked to forget; each number's
+    /// use is forgotten, so that the next call names those not used from now on.
+    pub(crate) fn unused_files(&self, kept: usize) -> Vec<Unused> {
+        let mut inner = self.inner.lock();
+        let over = inner.slots.len() > kept;
+        let mut out = Vec::new();
+        for (ino, slot) in inner.slots.iter_mut() {
+            if over && !slot.used && slot.open == 0 && slot.parent != 0 && slot.lookups > 0 {
+                out.push(Unused {
+                    ino: *ino,
+                    parent: slot.parent,
+                    node: slot.node.clone(),
+                });
+            }
+            slot.used = false;
+        }
+        out
+    }
+
+    /// The node and identity behind `ino`, if the kernel still references it; counted
+    /// as a use of it.
     pub(crate) fn get(&self, ino: u64) -> Option<(Node, Identity)> {
-        let inner = self.inner.lock();
-        let slot = inner.slots.get(&ino)?;
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        let slot = inner.slots.get_mut(&ino)?;
+        slot.used = true;
         let identity = match inner.identities.get(&ino) {
             Some(identity) => identity.clone(),
             None if ino >= ALLOCATED_BASE || ino == ROOT_INO => {
@@ -271,14 +344,14 @@ mod tests {
             generation: 0,
         };
         let name = Node::backing("inbox/x/user-001.md");
-        let first = t.lookup(&a, &name);
+        let first = t.lookup(&a, &name, None);
         assert_ne!(first, ROOT_INO);
         // Same name, new file: a new number.
-        let second = t.lookup(&b, &name);
+        let second = t.lookup(&b, &name, None);
         assert_ne!(first, second);
         // Same file, new name: the same number, resolved through the new name.
         let renamed = Node::backing("inbox/x/user-002.md");
-        assert_eq!(t.lookup(&a, &renamed), first);
+        assert_eq!(t.lookup(&a, &renamed, None), first);
         assert_eq!(t.get(first).map(|g| g.0), Some(renamed.clone()));
         assert_eq!(t.ino_of(&renamed), Some(first));
         assert_eq!(t.ino_of(&name), Some(second));
@@ -298,9 +371,9 @@ mod tests {
             generation: 2,
         };
         let (was, now) = (Node::backing("steps/a/001"), Node::backing("steps/b/001"));
-        assert_eq!(t.lookup(&old, &was), 4242);
+        assert_eq!(t.lookup(&old, &was, None), 4242);
         // The kernel still holds the old file's number when the new one is looked up.
-        assert_eq!(t.lookup(&new, &now), 4242);
+        assert_eq!(t.lookup(&new, &now, None), 4242);
         assert_eq!(t.get(4242), Some((now, new)));
         // Its lookups of both are counted together, and forgotten together.
         t.forget(4242, 1);
@@ -318,11 +391,11 @@ mod tests {
             generation: 0,
         };
         let node = Node::backing("steps/x/001/response.json");
-        assert_eq!(t.lookup(&a, &node), 4242);
+        assert_eq!(t.lookup(&a, &node, None), 4242);
         t.forget(4242, 1);
         assert!(t.get(4242).is_none());
         assert_eq!(
-            t.lookup(&a, &node),
+            t.lookup(&a, &node, None),
             4242,
             "forgotten and looked up again: same number"
         );
@@ -336,20 +409,21 @@ mod tests {
             ino: 4242,
             generation: 0,
         };
-        let other = t.lookup(&other_dev, &node);
+        let other = t.lookup(&other_dev, &node, None);
         assert!(other >= ALLOCATED_BASE);
         assert_eq!(t.get(other).map(|g| g.1), Some(other_dev.clone()));
         t.forget(other, 1);
         assert!(t.get(other).is_none());
         assert_ne!(
-            t.lookup(&other_dev, &node),
+            t.lookup(&other_dev, &node, None),
             other,
             "its identity went with it"
         );
         assert!(
             t.lookup(
                 &Identity::Virtual(Node::git(GitNode::MarksRoot)),
-                &Node::git(GitNode::MarksRoot)
+                &Node::git(GitNode::MarksRoot),
+                None
             ) >= ALLOCATED_BASE
         );
     }
@@ -362,12 +436,12 @@ mod tests {
             ino: 99,
             generation: 0,
         };
-        let ino = t.lookup(&a, &Node::backing("steps/x"));
+        let ino = t.lookup(&a, &Node::backing("steps/x"), None);
         if let Some(slot) = t.inner.lock().slots.get_mut(&ino) {
             slot.lookups = u32::MAX - 1;
         }
-        t.lookup(&a, &Node::backing("steps/x"));
-        t.lookup(&a, &Node::backing("steps/x"));
+        t.lookup(&a, &Node::backing("steps/x"), None);
+        t.lookup(&a, &Node::backing("steps/x"), None);
         t.forget(ino, u64::from(u32::MAX) + 1);
         assert!(
             t.get(ino).is_some(),
@@ -376,10 +450,10 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_is_three_words() {
+    fn a_slot_is_five_words() {
         assert_eq!(
             std::mem::size_of::<Slot>(),
-            3 * std::mem::size_of::<usize>()
+            5 * std::mem::size_of::<usize>()
         );
     }
 
@@ -387,7 +461,7 @@ mod tests {
     fn a_virtual_identity_is_its_node_and_is_stored_once() {
         let t = InodeTable::default();
         let node = Node::git(GitNode::Name("Ada".into()));
-        let ino = t.lookup(&Identity::Virtual(node.clone()), &node);
+        let ino = t.lookup(&Identity::Virtual(node.clone()), &node, None);
         assert!(ino >= ALLOCATED_BASE);
         assert_eq!(t.known(&Identity::Virtual(node.clone())), Some(ino));
         assert_eq!(
@@ -408,7 +482,7 @@ mod tests {
             id: 3,
             name: "m.md".into(),
         });
-        let d = t.lookup(&Identity::Draft(3), &draft);
+        let d = t.lookup(&Identity::Draft(3), &draft, None);
         assert_eq!(t.get(d).map(|g| g.1), Some(Identity::Draft(3)));
         t.forget(d, 1);
         t.forget(ino, 1);
@@ -427,18 +501,58 @@ mod tests {
     fn forget_drops_entries_and_keeps_the_root() {
         let t = InodeTable::default();
         let a = Identity::Virtual(Node::git(GitNode::MarksRoot));
-        let ino = t.lookup(&a, &Node::git(GitNode::MarksRoot));
-        t.lookup(&a, &Node::git(GitNode::MarksRoot));
+        let ino = t.lookup(&a, &Node::git(GitNode::MarksRoot), None);
+        t.lookup(&a, &Node::git(GitNode::MarksRoot), None);
         t.forget(ino, 1);
         assert!(t.get(ino).is_some());
         t.forget(ino, 1);
         assert!(t.get(ino).is_none());
         assert_ne!(
-            t.lookup(&a, &Node::git(GitNode::MarksRoot)),
+            t.lookup(&a, &Node::git(GitNode::MarksRoot), None),
             ino,
             "numbers are not reused"
         );
         t.forget(ROOT_INO, 100);
         assert!(t.get(ROOT_INO).is_some());
+    }
+
+    #[test]
+    fn past_the_bound_the_files_nobody_used_since_the_last_look_are_named() {
+        let t = InodeTable::new(Some(7));
+        let file = |ino: u64| Identity::Backing {
+            dev: 7,
+            ino,
+            generation: 0,
+        };
+        let dir = t.lookup(&file(10), &Node::backing("steps/a"), None);
+        let kept = t.lookup(&file(11), &Node::backing("steps/a/kept"), Some(dir));
+        let open = t.lookup(&file(12), &Node::backing("steps/a/open"), Some(dir));
+        let idle = t.lookup(&file(13), &Node::backing("steps/a/idle"), Some(dir));
+        t.opened(open);
+        // Under the bound nothing is named, and every use so far is forgotten.
+        assert_eq!(t.unused_files(100), Vec::new());
+        // Used since: a request on one; the directory is never named.
+        assert!(t.get(kept).is_some());
+        let named = t.unused_files(1);
+        assert_eq!(
+            named,
+            vec![Unused {
+                ino: idle,
+                parent: dir,
+                node: Node::backing("steps/a/idle"),
+            }]
+        );
+        // The next look names what was not used since this one: `kept` now too; `open`
+        // once released and left alone.
+        t.released(open);
+        let mut named: Vec<u64> = t.unused_files(1).iter().map(|u| u.ino).collect();
+        named.sort();
+        assert_eq!(named, vec![kept, idle]);
+        let named: Vec<u64> = t.unused_files(1).iter().map(|u| u.ino).collect();
+        assert!(named.contains(&open));
+        // A lookup is a use; the kernel forgetting it takes it out.
+        t.lookup(&file(13), &Node::backing("steps/a/idle"), Some(dir));
+        t.forget(idle, 2);
+        assert!(t.unused_files(1).iter().all(|u| u.ino != idle));
     }
 }

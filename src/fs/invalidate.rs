@@ -1,7 +1,8 @@
 //! The invalidation thread: the watcher's changes on disk, turned into the kernel's
 //! invalidations of the entries and inodes it holds, so that a change in the workspace
 //! shows through the mount at once. It runs apart from the request handlers, and only
-//! asks the shared [`State`] which number the kernel knows a node by.
+//! asks the shared [`State`] which number the kernel knows a node by. Here too: the
+//! upkeep's request that the kernel forget files nobody uses ([`State::hand_back`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -186,5 +187,36 @@ impl Invalidator {
                 self.forget_all(n);
             }
         }
+    }
+}
+
+impl State {
+    /// Asks the kernel to forget the files nobody used since the last time, once the
+    /// table holds more than [`crate::tree::INODES_KEPT`] numbers (see [`super::inodes`]): the
+    /// daemon's upkeep calls it. How many entries it invalidated.
+    pub(crate) fn hand_back(&self, notifier: &fuser::Notifier) -> usize {
+        let unused = self.inodes.unused_files(crate::tree::INODES_KEPT);
+        let mut sent = 0;
+        for u in &unused {
+            let Some(name) = u.node.entry_name() else {
+                continue;
+            };
+            match notifier.inval_entry(INodeNo(u.parent), name) {
+                Ok(()) => sent += 1,
+                // The kernel had already let go of it.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => {
+                    log::debug!("handing back {}: {e}", u.node.path());
+                    break;
+                }
+            }
+        }
+        if sent > 0 {
+            log::debug!(
+                "asked the kernel to forget {sent} files nobody used ({} numbers held)",
+                self.inodes.len()
+            );
+        }
+        sent
     }
 }

@@ -107,6 +107,12 @@ fn refuse(op: &str, e: &TreeError) -> Errno {
     errno(e)
 }
 
+/// The directory `parent` when entry `c` is one the kernel may be asked to forget: a
+/// file the tree can name again ([`Node::entry_name`]), not a directory.
+fn forgettable(parent: u64, c: &Child) -> Option<u64> {
+    (c.attr.kind != Kind::Dir && c.node.entry_name().is_some()).then_some(parent)
+}
+
 /// Answers a close with how it went.
 fn answer_close(reply: ReplyEmpty, r: Result<(), TreeError>) {
     match r {
@@ -281,9 +287,12 @@ impl State {
         content: Content,
         io: Option<Arc<Io>>,
     ) -> Result<u64, TreeError> {
-        self.handles
+        let fh = self
+            .handles
             .insert(Handle { content, _io: io })
-            .ok_or_else(|| TreeError::new(self.path(ino), ErrorKind::TooManyOpen))
+            .ok_or_else(|| TreeError::new(self.path(ino), ErrorKind::TooManyOpen))?;
+        self.inodes.opened(ino.0);
+        Ok(fh)
     }
 
     /// Carries a close that waits for spawned children ([`crate::tree::Closing::Waiting`]) on a thread
@@ -416,7 +425,9 @@ impl Filesystem for Fs {
                 .and_then(|(p, _)| self.space.lookup(&p, name))
             {
                 Ok(c) => {
-                    let ino = self.inodes.lookup(&c.attr.identity, &c.node);
+                    let ino =
+                        self.inodes
+                            .lookup(&c.attr.identity, &c.node, forgettable(parent.0, &c));
                     let generation = Generation(c.attr.identity.generation());
                     reply.entry(&c.ttl, &self.fuse_attr(ino, &c.attr), generation);
                 }
@@ -513,10 +524,11 @@ impl Filesystem for Fs {
         reply: ReplyEmpty,
     ) {
         self.guarded("release", ino, || {
-            if let Some(h) = self.handles.remove(fh.0)
-                && let Ok((node, _)) = self.node(ino)
-            {
-                self.space.release(&node, &h.content);
+            if let Some(h) = self.handles.remove(fh.0) {
+                self.inodes.released(ino.0);
+                if let Ok((node, _)) = self.node(ino) {
+                    self.space.release(&node, &h.content);
+                }
             }
             reply.ok();
         })
@@ -627,7 +639,9 @@ impl Filesystem for Fs {
                 Entry::Child(c) => {
                     // Counted as a lookup up front (the entry normally reaches the kernel,
                     // which then counts one); taken back if the reply had no room for it.
-                    let child = self.inodes.lookup(&c.attr.identity, &c.node);
+                    let child =
+                        self.inodes
+                            .lookup(&c.attr.identity, &c.node, forgettable(ino.0, c));
                     let attr = self.fuse_attr(child, &c.attr);
                     let generation = Generation(c.attr.identity.generation());
                     let full = reply.add(INodeNo(child), next, &c.name, &c.ttl, &attr, generation);
@@ -878,7 +892,7 @@ impl Filesystem for Fs {
                 Ok(m) => m,
                 Err(e) => return reply.error(refuse("create", &e)),
             };
-            let ino = self.inodes.lookup(&attr.identity, &node);
+            let ino = self.inodes.lookup(&attr.identity, &node, None);
             let flags = open_flags(&opened);
             match self.open_handle(INodeNo(ino), opened.content, None) {
                 Ok(fh) => reply.created(

@@ -1,5 +1,8 @@
 //! The daemon's upkeep: every [`UPKEEP_EVERY`] it closes the git handles whose packs a
-//! repack replaced ([`crate::workspace::handles::sweep`]), gives the heap's free pages back
+//! repack replaced, and retires those old enough that libgit2's caches through them
+//! should go ([`crate::workspace::handles::sweep`]), asks the kernel to forget the files
+//! nobody used since its last round once it holds many ([`crate::fs`]'s inode bound),
+//! gives the heap's free pages back
 //! to the kernel, and, when asked for (`RUST_LOG=litanyfs::census=debug`), logs a census line of
 //! what it holds, so that a memory that grows can be told apart: the caches filling to
 //! their bound, the inode numbers the kernel references, or a heap that frays.
@@ -26,7 +29,7 @@ pub const CENSUS_MARK: &str = "census: ";
 /// Every [`UPKEEP_EVERY`], the heap trimmed and, when [`CENSUS_TARGET`] logs at debug, a
 /// line of what the daemon holds (RSS, the heap in use and free, inode numbers, handles,
 /// the caches).
-pub(super) fn start(fs: &Fs, caches: &crate::tree::Caches) {
+pub(super) fn start(fs: &Fs, caches: &crate::tree::Caches, notifier: fuser::Notifier) {
     let fs = fs.clone();
     let caches = caches.clone();
     let spawned = std::thread::Builder::new()
@@ -37,6 +40,7 @@ pub(super) fn start(fs: &Fs, caches: &crate::tree::Caches) {
                 let census = log::log_enabled!(target: CENSUS_TARGET, log::Level::Debug);
                 let before = census.then(crate::process::rss_kib).flatten();
                 crate::workspace::handles::sweep();
+                fs.hand_back(&notifier);
                 crate::process::trim_heap();
                 if !census {
                     continue;

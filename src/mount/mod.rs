@@ -905,7 +905,7 @@ fn serve(
             fs.forget_workspace(ws.clone(), n.clone())
         }));
     }
-    census::start(&handle, &caches);
+    census::start(&handle, &caches, notifier.clone());
     // A home's trees opened from now on start their own; none was opened before.
     let _ = started.set((handle, notifier));
     let pipe = ready.take();

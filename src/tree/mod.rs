@@ -40,8 +40,8 @@ pub(crate) use error::{ErrorKind, TreeError};
 pub(crate) use inbox::{Closing, PendingClose, SPAWN_POLL, Writing};
 pub(crate) use modes::{Modes, Owner};
 pub use node::{
-    ActNode, Backed, Capture, DraftNode, GitNode, HomeNode, Node, Place, RecordView, TOP_LEVEL,
-    ViewFile,
+    ActNode, Backed, Capture, DraftNode, GitNode, HomeNode, INODES_KEPT, Node, Place, RecordView,
+    TOP_LEVEL, ViewFile,
 };
 pub use records::{DEFAULT_RECORDS_CACHE_BYTES, LATEST, RESPONSE_MD, TRANSCRIPT_MD, derived_from};
 

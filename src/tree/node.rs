@@ -356,7 +356,38 @@ pub struct DraftNode {
     pub(crate) name: OsString,
 }
 
+/// How many inode numbers the kernel may hold before the daemon asks it to forget the
+/// files nobody used since its upkeep last looked ([`Node::entry_name`] says which may
+/// be forgotten; the adapter's inode table does the asking): about 4 MiB of the daemon's
+/// memory with the nodes they hold, and more than a walk of a large workspace's records
+/// holds at once. Without it the daemon's memory follows every file a `grep -r` ever
+/// touched, as the kernel forgets nothing while memory is plentiful.
+pub const INODES_KEPT: usize = 16_384;
+
 impl Node {
+    /// Its name in its directory, when the kernel may be asked to forget it
+    /// ([`crate::fs`]'s inode bound): the files a walk leaves by the thousand (backing
+    /// records, files of an agent's committed tree, `response.md`), named as their
+    /// directory lists them. `None` for the rest, which stay while the kernel holds them.
+    pub(crate) fn entry_name(&self) -> Option<&OsStr> {
+        match self {
+            Node::Backing(b) => Some(b.file_name()),
+            Node::Git(g) => match &**g {
+                GitNode::Agent { path, .. } => path.last().map(OsStr::new),
+                _ => None,
+            },
+            Node::Record(r) => match &**r {
+                RecordView::Response { .. } => Some(OsStr::new(super::records::RESPONSE_MD)),
+                _ => None,
+            },
+            Node::Home(h) => match &**h {
+                HomeNode::In { node, .. } => node.entry_name(),
+                HomeNode::Shelf(_) => None,
+            },
+            _ => None,
+        }
+    }
+
     pub fn capture(c: Capture) -> Node {
         Node::Capture(Arc::new(c))
     }
