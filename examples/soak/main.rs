@@ -570,44 +570,76 @@ fn quiesce(s: &Shared, limit: Duration) -> Result<(), String> {
     }
 }
 
+/// How long a window the RSS is taken over, at minute 5 and at the end: the daemon's
+/// memory swings by a tenth within seconds as its git handles are retired and their
+/// caches fill again (every 30 s, `HANDLES_LIVE_FOR`), so one sample says more about
+/// where in that swing it fell than about a growth.
+const RSS_WINDOW_SECS: f64 = 60.0;
+
+/// The median of `v` (empty: 0).
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
 /// RSS at the end within 10% of its value at minute 5 of the daemon's life (quick: 30 s
-/// after the last mount).
+/// after the last mount, reported only), each the median of the samples of a
+/// [`RSS_WINDOW_SECS`] window: the minute from minute 5, and the last minute.
 fn rss_check(rss: &[(f64, u64, u64)], s: &Shared, quick: bool) -> Check {
+    let name = "daemon RSS at the end within 10% of its value once warm (medians of a minute)";
     let last_gen = s.mount.generation();
     let mine: Vec<&(f64, u64, u64)> = rss.iter().filter(|r| r.1 == last_gen).collect();
-    let Some(born) = mine.first().map(|r| r.0) else {
+    let (Some(born), Some(end)) = (mine.first().map(|r| r.0), mine.last().map(|r| r.0)) else {
         return Check {
-            name: "daemon RSS steady",
+            name,
             ok: false,
             detail: "no sample of the last daemon".into(),
         };
     };
     // Quick: the last daemon lives about a minute, while its caches still fill; its
     // figure is reported, not held to the 10%.
-    let warm = if quick { 30.0 } else { 300.0 };
-    let reference = mine.iter().find(|r| r.0 - born >= warm).or(mine.first());
-    let end = mine.last();
-    match (reference, end) {
-        (Some(r), Some(e)) => {
-            let ratio = e.2 as f64 / r.2.max(1) as f64;
-            Check {
-                name: "daemon RSS at the end within 10% of its value once warm",
-                ok: quick || ratio <= 1.10,
-                detail: format!(
-                    "{} KiB at {:.0} s, {} KiB at the end ({:.0} s): x{ratio:.2}{}",
-                    r.2,
-                    r.0,
-                    e.2,
-                    e.0,
-                    if quick { " (quick: reported only)" } else { "" }
-                ),
-            }
-        }
-        _ => Check {
-            name: "daemon RSS at the end within 10% of its value once warm",
+    let warm = born + if quick { 30.0 } else { 300.0 };
+    let window = if quick { 10.0 } else { RSS_WINDOW_SECS };
+    let within = |from: f64, to: f64| -> Vec<u64> {
+        mine.iter()
+            .filter(|r| r.0 >= from && r.0 <= to)
+            .map(|r| r.2)
+            .collect()
+    };
+    let (first, last) = (within(warm, warm + window), within(end - window, end));
+    if first.is_empty() || last.is_empty() || (!quick && warm + window > end - window) {
+        return Check {
+            name,
             ok: false,
-            detail: "too few samples".into(),
-        },
+            detail: format!("too few samples ({} and {})", first.len(), last.len()),
+        };
+    }
+    let span = |v: &[u64]| {
+        format!(
+            "{}-{}",
+            v.iter().min().unwrap_or(&0),
+            v.iter().max().unwrap_or(&0)
+        )
+    };
+    let (r, e) = (median(first.clone()), median(last.clone()));
+    let ratio = e as f64 / r.max(1) as f64;
+    // The single samples too: the first of the window and the last of the run.
+    let (r1, e1) = (first[0], last[last.len() - 1]);
+    Check {
+        name,
+        ok: quick || ratio <= 1.10,
+        detail: format!(
+            "{r} KiB over {:.0}-{:.0} s ({} samples, {} KiB), {e} KiB over the last {window:.0} s \
+             ({} samples, {} KiB): x{ratio:.2}{}; single samples {r1} and {e1} KiB: x{:.2}",
+            warm - born,
+            warm - born + window,
+            first.len(),
+            span(&first),
+            last.len(),
+            span(&last),
+            if quick { " (quick: reported only)" } else { "" },
+            e1 as f64 / r1.max(1) as f64
+        ),
     }
 }
 
