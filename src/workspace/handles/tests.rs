@@ -19,14 +19,20 @@ fn repack(repo: &Path) {
     assert!(out.status.success(), "{out:?}");
 }
 
-/// The pack files under `repo` this process holds open after they were deleted.
-fn deleted_packs_held(repo: &Path) -> Vec<String> {
+/// The files under `repo` this process holds open whose names end with `end`, as
+/// `/proc/self/fd` names them.
+fn held_under(repo: &Path, end: &str) -> Vec<String> {
     std::fs::read_dir("/proc/self/fd")
         .unwrap()
         .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
         .map(|p| p.to_string_lossy().into_owned())
-        .filter(|p| p.starts_with(&*repo.to_string_lossy()) && p.ends_with(".pack (deleted)"))
+        .filter(|p| p.starts_with(&*repo.to_string_lossy()) && p.ends_with(end))
         .collect()
+}
+
+/// The pack files under `repo` this process holds open after they were deleted.
+fn deleted_packs_held(repo: &Path) -> Vec<String> {
+    held_under(repo, ".pack (deleted)")
 }
 
 /// A repository with two agents' commits in one pack, and the id of one commit.
@@ -97,23 +103,24 @@ fn the_sweep_closes_an_idle_handle_nobody_reads_again() {
     assert_eq!(pool.idle(), 0);
 }
 
-/// The pack files under `repo` this process holds open.
+/// How many pack files under `repo` this process holds open.
 fn packs_held(repo: &Path) -> usize {
-    std::fs::read_dir("/proc/self/fd")
-        .unwrap()
-        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .map(|p| p.to_string_lossy().into_owned())
-        .filter(|p| p.starts_with(&*repo.to_string_lossy()) && p.ends_with(".pack"))
-        .count()
+    held_under(repo, ".pack").len()
 }
 
-#[test]
-fn old_handles_are_closed_together_once_none_is_lent() {
-    let (_t, f, repo, tip) = packed();
+/// A pool on a packed repository no other handle holds, whose pack it has read.
+fn pool_that_read_its_pack() -> (tempfile::TempDir, PathBuf, git2::Oid, Pool) {
+    let (t, f, repo, tip) = packed();
     drop(f);
     let pool = Pool::open(&repo).unwrap();
     read_through(&pool.get().unwrap(), tip);
     assert_eq!(packs_held(&repo), 1);
+    (t, repo, tip, pool)
+}
+
+#[test]
+fn old_handles_are_closed_together_once_none_is_lent() {
+    let (_t, repo, tip, pool) = pool_that_read_its_pack();
     let early = pool.get().unwrap();
     pool.0.retire_older_than(Duration::ZERO);
     // While one is lent, a reader gets a handle of its own, not kept once given back.
@@ -140,10 +147,7 @@ fn old_handles_are_closed_together_once_none_is_lent() {
 
 #[test]
 fn handles_younger_than_their_life_stay() {
-    let (_t, f, repo, tip) = packed();
-    drop(f);
-    let pool = Pool::open(&repo).unwrap();
-    read_through(&pool.get().unwrap(), tip);
+    let (_t, repo, _tip, pool) = pool_that_read_its_pack();
     pool.0.retire_older_than(HANDLES_LIVE_FOR);
     assert_eq!(pool.idle(), 1);
     assert_eq!(packs_held(&repo), 1);
