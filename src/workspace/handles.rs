@@ -177,10 +177,6 @@ static OPEN: Mutex<Vec<Weak<Idle>>> = Mutex::new(Vec::new());
 /// read, and retires the handles of every repository opened [`HANDLES_LIVE_FOR`] ago
 /// (module docs). The daemon's upkeep calls it (every few seconds).
 pub(crate) fn sweep() {
-    sweep_older_than(HANDLES_LIVE_FOR);
-}
-
-fn sweep_older_than(life: Duration) {
     let live: Vec<Arc<Idle>> = {
         let mut open = OPEN.lock();
         open.retain(|w| w.strong_count() > 0);
@@ -188,7 +184,7 @@ fn sweep_older_than(life: Duration) {
     };
     for s in live {
         s.sweep();
-        s.retire_older_than(life);
+        s.retire_older_than(HANDLES_LIVE_FOR);
     }
 }
 
